@@ -1,0 +1,98 @@
+"""stoker: keeps accelerators fed.
+
+A torch-compatible data loading library over a numpy core. ``import stoker`` never
+imports torch; :mod:`stoker.torch` is the one module that does.
+
+The pipeline, as in ``torch.utils.data``::
+
+    Dataset -> Sampler -> BatchSampler -> collate_fn -> DataLoader
+"""
+
+from __future__ import annotations
+
+from stoker._errors import (
+    CollateError,
+    DatasetError,
+    DatasetIndexError,
+    ShmError,
+    StokerError,
+    WorkerError,
+)
+from stoker._stacked import StackedSamples
+from stoker._worker_info import WorkerInfo, get_worker_info
+from stoker.collate import (
+    PadCollate,
+    RaggedCollate,
+    collate,
+    collate_into,
+    default_collate,
+    default_collate_fn_map,
+    default_convert,
+    pad_collate,
+    register_collate,
+)
+from stoker.datasets import (
+    ArrayDataset,
+    ChainDataset,
+    ConcatDataset,
+    Dataset,
+    IterableDataset,
+    MapDataset,
+    Subset,
+    is_iterable_dataset,
+    random_split,
+)
+from stoker.loader import DataLoader
+from stoker.samplers import (
+    BatchSampler,
+    BlockShuffleSampler,
+    BucketBatchSampler,
+    DistributedSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArrayDataset",
+    "BatchSampler",
+    "BlockShuffleSampler",
+    "BucketBatchSampler",
+    "ChainDataset",
+    "CollateError",
+    "ConcatDataset",
+    "DataLoader",
+    "Dataset",
+    "DatasetError",
+    "DatasetIndexError",
+    "DistributedSampler",
+    "IterableDataset",
+    "MapDataset",
+    "PadCollate",
+    "RaggedCollate",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "ShmError",
+    "StackedSamples",
+    "StokerError",
+    "Subset",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+    "WorkerError",
+    "WorkerInfo",
+    "collate",
+    "collate_into",
+    "default_collate",
+    "default_collate_fn_map",
+    "default_convert",
+    "get_worker_info",
+    "is_iterable_dataset",
+    "pad_collate",
+    "random_split",
+    "register_collate",
+]

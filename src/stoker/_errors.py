@@ -1,0 +1,55 @@
+"""The exceptions stoker raises.
+
+Every error stoker raises on purpose derives from :class:`StokerError`, and also from
+the builtin exception a torch user would catch for the same mistake, so that code
+written against ``torch.utils.data`` keeps working::
+
+    StokerError (Exception)
+    ├── CollateError (StokerError, TypeError)     a batch cannot be collated
+    ├── DatasetError (StokerError)               a dataset is malformed
+    │   └── DatasetIndexError (DatasetError, IndexError)  an index is out of range
+    ├── WorkerError (StokerError, RuntimeError)   a worker died, hung or misbehaved
+    └── ShmError (StokerError, OSError)           shared memory is missing or too small
+
+Argument mistakes raise plain ``ValueError`` or ``TypeError`` with a message that
+names the argument, the value received, and what to pass instead.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CollateError",
+    "DatasetError",
+    "DatasetIndexError",
+    "ShmError",
+    "StokerError",
+    "WorkerError",
+]
+
+
+class StokerError(Exception):
+    """Base class of every error that stoker raises on purpose."""
+
+
+class CollateError(StokerError, TypeError):
+    """A list of samples could not be merged into a batch.
+
+    The message names the field path inside the sample (for example
+    ``sample['image']`` or ``sample[1]``) and the shapes or types that disagree.
+    """
+
+
+class DatasetError(StokerError):
+    """A dataset is malformed (mismatched lengths, wrong types)."""
+
+
+class DatasetIndexError(DatasetError, IndexError):
+    """An index is outside a dataset's range."""
+
+
+class WorkerError(StokerError, RuntimeError):
+    """A loader worker died, timed out, or reported an error it could not carry."""
+
+
+class ShmError(StokerError, OSError):
+    """Shared memory (``/dev/shm``) is missing or too small for the slot pool."""

@@ -1,0 +1,369 @@
+"""The trainer's side of multi-worker loading: one epoch of scheduling and delivery.
+
+The main process owns the sampler. It keeps up to ``prefetch_factor`` tasks in flight
+per worker (map-style datasets: to the least-loaded worker; iterable datasets: in strict
+rotation, as torch does, so the stream order is torch's), and delivers batches in task
+order (``in_order=True``) or as they arrive (``in_order=False``; still bounded by the
+tasks in flight). Every batch-sized array travels through a shared-memory slot
+(:mod:`stoker.engine.shm`) once the first batches have shown how big a batch is; until
+then, and for small batches, batches travel inline.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+import warnings
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoker._errors import ShmError, WorkerError
+from stoker.engine import shm, transport
+from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task
+from stoker.engine.pool import Death, PoolState, WorkerPool
+
+__all__ = ["Ledger", "MultiWorkerIterator"]
+
+_POLL_S = 1.0  # a dead thread worker is noticed within this; process deaths wake us at once
+_SLOT_HEADROOM = 1.25
+_MAX_RESTARTS_PER_TASK = 3
+_SKIP = object()
+
+
+@dataclass(slots=True)
+class _Pending:
+    worker_id: int
+    indices: Any
+    slot: shm.SlotRef | None
+    restarts: int = 0
+
+
+@dataclass(slots=True)
+class Ledger:
+    """Tasks in flight on a pool; outlives an iterator when workers are persistent."""
+
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    load: list[int] = field(default_factory=list)
+    next_task: int = 0
+    generation: int = 0
+    shm_disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Raise:
+    error: BaseException
+
+
+class MultiWorkerIterator:
+    """Iterates one epoch of batches produced by a :class:`WorkerPool`."""
+
+    def __init__(self, loader: Any, pool: WorkerPool, *, owns_pool: bool, epoch: int, seed: int) -> None:
+        self._loader = loader
+        self._pool = pool
+        self._owns_pool = owns_pool
+        self._iterable = loader._iterable
+        self._in_order = loader.in_order
+        self._timeout = float(loader.timeout)
+        self._restart = loader.on_worker_death == "restart"
+        self._copy = loader.copy_batches
+        self._per_worker = loader.prefetch_factor
+        self._epoch = epoch
+        self._seed = seed
+        self._index_iter = None if self._iterable else iter(loader._index_sampler)
+        ledger: Ledger | None = getattr(pool, "ledger", None)
+        if ledger is None:
+            ledger = pool.ledger = Ledger(load=[0] * pool.num_workers)  # type: ignore[attr-defined]
+        ledger.generation += 1
+        self._ledger = ledger
+        self._generation = ledger.generation
+        self._first_task = self._next_yield = ledger.next_task
+        self._ready: dict[int, Any] = {}
+        self._active = [True] * pool.num_workers
+        self._rotation = 0
+        self._sources_done = False
+        self._finalizer = weakref.finalize(self, pool.shutdown) if owns_pool else None
+        for worker_id in range(pool.num_workers):
+            pool.send(worker_id, StartEpoch(epoch, seed))
+        self._dispatch()
+
+    def __iter__(self) -> MultiWorkerIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    # -- delivery ----------------------------------------------------------------
+    def __next__(self) -> Any:
+        if self._ledger.generation != self._generation:
+            msg = "this iterator was superseded by a newer iter(loader) over the same persistent workers"
+            raise RuntimeError(msg)
+        if self._pool.state is not PoolState.RUNNING:
+            raise StopIteration
+        deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
+        self._dispatch()  # the consumer may have dropped batches since the last call
+        while True:
+            item = self._take_ready()
+            if item is not _SKIP:
+                self._dispatch()
+                if isinstance(item, _Raise):
+                    raise item.error
+                return item
+            if not self._mine_pending() and self._sources_done:
+                self.close()
+                raise StopIteration
+            wait = _POLL_S
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._raise_timeout()
+                wait = min(wait, remaining)
+            try:
+                messages, deaths = self._pool.poll(wait)
+            except BaseException:
+                self.close()
+                raise
+            for worker_id, message, leased in messages:
+                self._receive(worker_id, message, leased)
+            for death in deaths:
+                self._handle_death(death)
+            self._dispatch()  # results lowered the load; dropped batches freed slots
+
+    def _take_ready(self) -> Any:
+        ready = self._ready
+        if self._in_order:
+            while self._next_yield in ready:
+                item = ready.pop(self._next_yield)
+                self._next_yield += 1
+                if item is not _SKIP:
+                    return item
+            return _SKIP
+        while ready:
+            item = ready.pop(min(ready))
+            if item is not _SKIP:
+                return item
+        return _SKIP
+
+    def _mine_pending(self) -> bool:
+        first = self._first_task
+        return any(task_id >= first for task_id in self._ledger.pending)
+
+    # -- dispatch ----------------------------------------------------------------
+    def _dispatch(self) -> None:
+        ledger, pool = self._ledger, self._pool
+        while not self._sources_done:
+            worker_id = self._pick_worker()
+            if worker_id is None:
+                return
+            if pool.slots is not None and pool.slots.num_free == 0 and self._mine_pending():
+                return  # backpressure: wait for the consumer to drop a batch
+            if self._iterable:
+                indices = None
+            else:
+                try:
+                    indices = next(self._index_iter)  # type: ignore[arg-type]
+                except StopIteration:
+                    self._sources_done = True
+                    return
+            slot = pool.slots.acquire() if pool.slots is not None else None
+            task_id = ledger.next_task
+            ledger.next_task += 1
+            ledger.pending[task_id] = _Pending(worker_id, indices, slot)
+            ledger.load[worker_id] += 1
+            pool.send(worker_id, Task(task_id, self._epoch, indices, slot))
+
+    def _pick_worker(self) -> int | None:
+        load, cap = self._ledger.load, self._per_worker
+        if self._iterable:  # strict rotation over workers whose stream is not exhausted
+            n = len(load)
+            for step in range(n):
+                worker_id = (self._rotation + step) % n
+                if self._active[worker_id]:
+                    if load[worker_id] >= cap:
+                        return None
+                    self._rotation = (worker_id + 1) % n
+                    return worker_id
+            self._sources_done = True
+            return None
+        worker_id = min(range(len(load)), key=load.__getitem__)
+        return worker_id if load[worker_id] < cap else None
+
+    # -- receiving ---------------------------------------------------------------
+    def _receive(self, worker_id: int, message: Any, leased: set[int]) -> None:
+        if isinstance(message, Ready):
+            self._pool.pids[worker_id] = message.pid
+            return
+        if isinstance(message, Failed) and message.task_id == -1:
+            error = _rebuild(message, "in worker_init_fn or while starting the worker", None)
+            self.close()
+            raise error
+        pending = self._ledger.pending.pop(message.task_id, None)
+        if pending is None or pending.worker_id != worker_id:
+            raise AssertionError(f"worker {worker_id} answered task {message.task_id} it was not given")
+        self._ledger.load[worker_id] -= 1
+        slots = self._pool.slots
+        if pending.slot is not None and pending.slot.index not in leased and slots is not None:
+            slots.release(pending.slot.index)
+        stale = message.task_id < self._first_task
+        if isinstance(message, Done):
+            if stale:
+                return
+            batch = message.batch
+            if pending.slot is not None and message.overflow and slots is not None:
+                slots.want(pending.slot.index, int((message.nbytes + message.overflow) * _SLOT_HEADROOM))
+            elif pending.slot is None and self._pool.mode == "process":
+                self._maybe_create_slots(batch)
+            self._ready[message.task_id] = _copy_tree(batch) if (self._copy and leased) else batch
+        elif isinstance(message, Exhausted):
+            self._active[worker_id] = False
+            if not stale:
+                self._ready[message.task_id] = _SKIP
+        elif isinstance(message, Failed):
+            if not stale:
+                where = f"while loading indices {_summary(pending.indices)}" if not self._iterable else (
+                    "while iterating its copy of the IterableDataset"
+                )
+                self._ready[message.task_id] = _Raise(_rebuild(message, where, self._pool.pid(worker_id)))
+        else:
+            raise AssertionError(f"unexpected message from worker {worker_id}: {message!r}")
+
+    def _maybe_create_slots(self, batch: Any) -> None:
+        pool, ledger = self._pool, self._ledger
+        if pool.slots is not None or ledger.shm_disabled or not shm.shm_available():
+            return
+        nbytes, arrays = transport.array_bytes(batch)
+        if nbytes < transport.SHM_MIN_BATCH_BYTES:
+            return
+        count = self._per_worker * pool.num_workers + 2  # in flight + held by the consumer
+        size = int(nbytes * _SLOT_HEADROOM) + 64 * arrays + 4096
+        try:
+            pool.slots = shm.SlotPool(count, size, prefix=pool.prefix)
+        except ShmError as exc:
+            ledger.shm_disabled = True
+            warnings.warn(
+                f"{exc} Falling back to sending batches through pipes, which is slower.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    # -- faults ------------------------------------------------------------------
+    def _handle_death(self, death: Death) -> None:
+        if self._pool.state is not PoolState.RUNNING:
+            return
+        ledger = self._ledger
+        held = sorted(t for t, p in ledger.pending.items() if p.worker_id == death.worker_id)
+        held_indices = [ledger.pending[t].indices for t in held]
+        where = (
+            f"while holding the batches at indices {_summary(held_indices)}"
+            if held and not self._iterable
+            else ("while holding no batch" if not held else "while iterating its copy of the IterableDataset")
+        )
+        if self._restart and not self._iterable:
+            worst = max((ledger.pending[t].restarts for t in held), default=0)
+            if worst < _MAX_RESTARTS_PER_TASK:
+                self._pool.restart(death.worker_id)
+                self._pool.send(death.worker_id, StartEpoch(self._epoch, self._seed))
+                for task_id in held:
+                    pending = ledger.pending[task_id]
+                    pending.restarts += 1
+                    self._pool.send(death.worker_id, Task(task_id, self._epoch, pending.indices, pending.slot))
+                warnings.warn(
+                    f"DataLoader {death.describe()} {where}; started a replacement and re-issued "
+                    f"its {len(held)} batch(es), so the epoch still delivers every index once.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return
+            where += f"; the same batch has now killed {worst + 1} workers, so stoker stops restarting"
+        hint = (
+            "Pass on_worker_death='restart' to replace dead workers and re-issue their batches."
+            if not self._restart and not self._iterable
+            else ""
+        )
+        self.close()
+        msg = f"DataLoader {death.describe()} {where}. {hint}".rstrip()
+        raise WorkerError(msg)
+
+    def _raise_timeout(self) -> None:
+        ledger = self._ledger
+        mine = sorted(t for t in ledger.pending if t >= self._first_task)
+        task_id = mine[0] if mine else None
+        if task_id is None:
+            self.close()
+            raise WorkerError(f"DataLoader timed out after {self._timeout:g} s with no batch in flight")
+        pending = ledger.pending[task_id]
+        worker_id = pending.worker_id
+        stack = self._pool.dump_stack(worker_id)
+        pid = self._pool.pid(worker_id)
+        self.close()
+        what = "the next batch" if self._iterable else f"the batch at indices {_summary(pending.indices)}"
+        msg = (
+            f"DataLoader timed out after {self._timeout:g} s waiting for {what} from worker "
+            f"{worker_id} (pid {pid}). Raise timeout= if batches are legitimately slow; otherwise the "
+            f"worker is stuck here:\n{stack}"
+        )
+        raise WorkerError(msg)
+
+    # -- lifetime ----------------------------------------------------------------
+    def close(self) -> None:
+        """Stops this epoch. Non-persistent workers are shut down; safe to call twice."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._ready.clear()
+        self._sources_done = True
+
+
+def _rebuild(message: Failed, where: str, pid: int | None) -> BaseException:
+    error: BaseException | None = None
+    if message.exception is not None:
+        try:
+            error = pickle.loads(message.exception)
+        except Exception:
+            error = None
+    if error is None:
+        error = WorkerError(f"{message.type_name}: {message.text}")
+    pid_text = f" (pid {pid if pid is not None else message.pid})" if message.pid else ""
+    note = (
+        f"Raised in stoker worker {message.worker_id}{pid_text} {where}.\n"
+        f"Worker traceback (most recent call last):\n{_strip_header(message.traceback)}"
+    )
+    try:
+        error.stoker_worker_id = message.worker_id  # type: ignore[attr-defined]
+        error.add_note(note)
+    except AttributeError:  # Python 3.10 has no add_note
+        error.__notes__ = [note]  # type: ignore[attr-defined]
+    return error
+
+
+def _strip_header(text: str) -> str:
+    header = "Traceback (most recent call last):\n"
+    return text[len(header) :] if text.startswith(header) else text
+
+
+def _summary(indices: Any, limit: int = 16) -> str:
+    try:
+        flat = list(indices)
+    except TypeError:
+        return repr(indices)
+    if len(flat) <= limit:
+        return repr(flat)
+    return f"[{', '.join(map(repr, flat[:limit]))}, ... ({len(flat)} in all)]"
+
+
+def _copy_tree(obj: Any) -> Any:
+    """Copies every array out of shared memory, so the batch's slot is freed at once."""
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if hasattr(obj, "numpy") and hasattr(obj, "clone"):
+        return obj.clone()
+    if isinstance(obj, Mapping):
+        return type(obj)({k: _copy_tree(v) for k, v in obj.items()})  # type: ignore[call-arg]
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_copy_tree(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_copy_tree(v) for v in obj)
+    return obj
+

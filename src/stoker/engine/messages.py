@@ -1,0 +1,91 @@
+"""Every message that crosses between the trainer and a worker.
+
+Trainer -> worker: :class:`WorkerSpec` (once), :class:`StartEpoch`, :class:`Task`, and
+``None`` to stop. Worker -> trainer: :class:`Ready`, :class:`Done`, :class:`Exhausted`,
+:class:`Failed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stoker.engine.shm import SlotRef
+
+__all__ = ["Done", "Exhausted", "Failed", "Ready", "StartEpoch", "Task", "WorkerSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """What a worker needs to start: sent once (pickled once for spawn/forkserver)."""
+
+    dataset: Any
+    iterable: bool
+    auto_collation: bool
+    collate_fn: Callable[[Any], Any]
+    batch_size: int | None
+    drop_last: bool
+    worker_init_fn: Callable[[int], None] | None
+    num_workers: int
+    threads: int | None
+    segment_prefix: str | None  # process workers: where one-off segments are created
+
+
+@dataclass(frozen=True, slots=True)
+class StartEpoch:
+    """Sets the epoch and seed; an iterable dataset's worker restarts its stream."""
+
+    epoch: int
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """Load one batch: ``indices`` for map-style datasets, ``None`` for the next stream batch."""
+
+    task_id: int
+    epoch: int
+    indices: Any
+    slot: SlotRef | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    worker_id: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A loaded batch; ``overflow`` bytes did not fit the slot (the trainer grows it)."""
+
+    task_id: int
+    epoch: int
+    worker_id: int
+    batch: Any
+    nbytes: int
+    overflow: int
+
+
+@dataclass(frozen=True, slots=True)
+class Exhausted:
+    """This worker's copy of an iterable dataset has no more batches this epoch."""
+
+    task_id: int
+    epoch: int
+    worker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The dataset, collate_fn or worker_init_fn raised; ``task_id`` is -1 for start-up."""
+
+    task_id: int
+    epoch: int
+    worker_id: int
+    pid: int
+    exception: bytes | None
+    type_name: str
+    text: str
+    traceback: str

@@ -1,0 +1,378 @@
+"""Worker pools: starting, talking to, watching and stopping process or thread workers.
+
+NOTE [ Shutdown ]: the one procedure that stops a pool, whoever calls it
+------------------------------------------------------------------------
+:meth:`WorkerPool.shutdown` is called when an epoch ends (non-persistent workers), when
+``DataLoader.close()`` or the iterator's ``close()`` is called, when an error or
+KeyboardInterrupt escapes ``__next__`` (the iterator is then garbage collected), when the
+loader or iterator is garbage collected, and at interpreter exit (``weakref.finalize``
+runs at exit). It is idempotent, and its state only moves forward
+(``RUNNING -> CLOSING -> CLOSED``):
+
+1. every live worker is sent ``None`` (stop after the current batch) and its task pipe
+   is closed, so a worker blocked on reading also wakes up and leaves;
+2. workers are joined for up to ``_JOIN_TIMEOUT_S``; a process still alive is sent
+   SIGTERM, then SIGKILL; a thread still alive is a daemon and dies with the interpreter;
+3. result pipes are closed;
+4. the shared-memory slot pool is unlinked (arrays a consumer still holds stay valid:
+   the mapping lives until the last view is collected);
+5. the stack-dump files are removed.
+
+A worker process also leaves by itself when the trainer disappears: the kernel sends it
+SIGKILL (``PR_SET_PDEATHSIG`` on Linux) and its loop checks its parent every second.
+Segments left by a trainer killed with SIGKILL are unlinked by the next pool created
+(:func:`stoker.engine.shm.remove_orphaned_segments`). Workers ignore SIGINT: Ctrl-C
+reaches the trainer, whose shutdown stops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from stoker.engine import shm, transport
+from stoker.engine.messages import WorkerSpec
+from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
+
+__all__ = ["Death", "PoolState", "WorkerPool"]
+
+_JOIN_TIMEOUT_S = 2.0
+_TERMINATE_TIMEOUT_S = 1.0
+_STACK_DUMP_WAIT_S = 0.3
+
+
+class PoolState(enum.Enum):
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    """A worker found dead: its id, pid and exit code (negative: killed by a signal)."""
+
+    worker_id: int
+    pid: int | None
+    exitcode: int | None
+
+    def describe(self) -> str:
+        if self.exitcode is not None and self.exitcode < 0:
+            signum = -self.exitcode
+            try:
+                name = signal.Signals(signum).name
+            except ValueError:
+                name = f"signal {signum}"
+            cause = f"was killed by {name}"
+            if signum == signal.SIGKILL:
+                cause += (
+                    " (most likely the out-of-memory killer: check `dmesg`, lower batch_size, "
+                    "num_workers or prefetch_factor, or keep less per-sample data in memory)"
+                )
+            elif signum == signal.SIGSEGV:
+                cause += " (a segmentation fault in native code: a C extension used by the dataset?)"
+            elif signum == signal.SIGBUS:
+                cause += " (a bus error: usually /dev/shm is full; give the container more --shm-size)"
+        elif self.exitcode is None:
+            cause = "stopped unexpectedly"
+        else:
+            cause = f"exited with status {self.exitcode} (os._exit or sys.exit in the dataset?)"
+        return f"worker {self.worker_id} (pid {self.pid}) {cause}"
+
+
+class _ProcessWorker:
+    __slots__ = ("process", "results", "tasks")
+
+    def __init__(self, process: Any, tasks: Any, results: Any) -> None:
+        self.process = process
+        self.tasks = tasks
+        self.results = results
+
+
+class _ThreadWorker:
+    __slots__ = ("tasks", "thread")
+
+    def __init__(self, thread: threading.Thread, tasks: queue.SimpleQueue[Any]) -> None:
+        self.thread = thread
+        self.tasks = tasks
+
+
+class WorkerPool:
+    """Runs ``num_workers`` workers of one kind and carries messages to and from them.
+
+    Args:
+        spec: what every worker needs (dataset, collate_fn, ...).
+        num_workers: how many workers.
+        mode: ``"process"`` or ``"thread"``.
+        context: the multiprocessing context for process workers.
+    """
+
+    def __init__(self, spec: WorkerSpec, num_workers: int, mode: str, context: Any) -> None:
+        self.prefix = shm.new_prefix()
+        if mode == "process" and shm.shm_available():
+            spec = dataclasses.replace(spec, segment_prefix=self.prefix)
+        self.spec = spec
+        self.num_workers = num_workers
+        self.mode = mode
+        self.context = context or multiprocessing.get_context()
+        self.state = PoolState.RUNNING
+        self.slots: shm.SlotPool | None = None
+        self.pids: dict[int, int] = {}
+        self._workers: list[Any] = [None] * num_workers
+        self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()  # thread mode
+        self._stack_files: list[str | None] = [None] * num_workers
+        self._payload: bytes | None = None
+        self._unsent: list[int] = []
+        for worker_id in range(num_workers):
+            self._start(worker_id)
+        self._send_specs()
+
+    # -- starting ----------------------------------------------------------------
+    def _start(self, worker_id: int) -> None:
+        if self.mode == "thread":
+            self._start_thread(worker_id)
+        else:
+            self._start_process(worker_id)
+
+    def _start_thread(self, worker_id: int) -> None:
+        tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        results = self._results
+
+        def send(message: Any, _allocator: Any) -> None:
+            results.put((worker_id, message))
+
+        thread = threading.Thread(
+            target=run_worker,
+            args=(worker_id, self.spec, tasks.get, send, None),
+            name=f"stoker-worker-{worker_id}",
+            daemon=True,
+        )
+        thread.start()
+        self._workers[worker_id] = _ThreadWorker(thread, tasks)
+
+    def _start_process(self, worker_id: int) -> None:
+        context = self.context
+        fd, stack_file = tempfile.mkstemp(prefix=f"stoker-stack-{os.getpid()}-{worker_id}-")
+        os.close(fd)
+        self._stack_files[worker_id] = stack_file
+        task_reader, task_writer = context.Pipe(duplex=False)
+        result_reader, result_writer = context.Pipe(duplex=False)
+        forked = context.get_start_method() == "fork"
+        process = context.Process(
+            target=process_worker_main,
+            args=(worker_id, task_reader, result_writer, self.spec if forked else None, os.getpid(), stack_file),
+            name=f"stoker-worker-{worker_id}",
+            daemon=True,
+        )
+        with _thread_env(None if forked else self.spec.threads):
+            process.start()
+        task_reader.close()
+        result_writer.close()
+        self._workers[worker_id] = _ProcessWorker(process, task_writer, result_reader)
+        if not forked:
+            self._unsent.append(worker_id)
+
+    def _send_specs(self) -> None:
+        """spawn / forkserver: the spec (with the dataset) is pickled once, sent to each worker.
+
+        Called after every worker has started, so the workers boot in parallel and
+        each reads its copy as soon as its interpreter is up.
+        """
+        if not self._unsent:
+            return
+        if self._payload is None:
+            self._payload = pickle.dumps(self.spec, protocol=pickle.HIGHEST_PROTOCOL)
+        for worker_id in self._unsent:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self._workers[worker_id].tasks.send_bytes(self._payload)
+        self._unsent.clear()
+
+    def restart(self, worker_id: int) -> None:
+        """Replaces a dead worker with a fresh one under the same id."""
+        old = self._workers[worker_id]
+        if isinstance(old, _ProcessWorker):
+            with contextlib.suppress(OSError):
+                old.tasks.close()
+            with contextlib.suppress(OSError):
+                old.results.close()
+            old.process.join(0)
+            with contextlib.suppress(ValueError):
+                old.process.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._stack_files[worker_id] or "")
+        self._start(worker_id)
+        self._send_specs()
+
+    # -- talking -----------------------------------------------------------------
+    def send(self, worker_id: int, message: Any) -> bool:
+        """Sends a message; False when the worker is gone (its death is reported by poll)."""
+        worker = self._workers[worker_id]
+        if isinstance(worker, _ThreadWorker):
+            worker.tasks.put(message)
+            return True
+        try:
+            worker.tasks.send(message)
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def poll(self, timeout: float) -> tuple[list[tuple[int, Any, set[int]]], list[Death]]:
+        """Waits up to ``timeout`` s; returns (worker_id, message, leased slots) items and deaths."""
+        if self.mode == "thread":
+            return self._poll_threads(timeout), self._dead_threads()
+        workers: list[_ProcessWorker] = self._workers
+        readers = {w.results: i for i, w in enumerate(workers)}
+        sentinels = {w.process.sentinel: i for i, w in enumerate(workers)}
+        ready = multiprocessing.connection.wait([*readers, *sentinels], timeout)
+        messages: list[tuple[int, Any, set[int]]] = []
+        dead: list[int] = []
+        for handle in ready:
+            if handle in readers:
+                messages.extend(self._drain(readers[handle]))
+            else:
+                dead.append(sentinels[handle])
+        deaths = []
+        for worker_id in dead:
+            messages.extend(self._drain(worker_id))  # what it sent before dying still counts
+            process = workers[worker_id].process
+            process.join(0)
+            deaths.append(Death(worker_id, process.pid, process.exitcode))
+        return messages, deaths
+
+    def _drain(self, worker_id: int) -> Iterator[tuple[int, Any, set[int]]]:
+        reader = self._workers[worker_id].results
+        lease = self.slots.lease if self.slots is not None else _no_slots
+        try:
+            while reader.poll(0):
+                message, leased = transport.decode(reader.recv_bytes(), lease)
+                yield worker_id, message, leased
+        except (EOFError, OSError):
+            return
+
+    def _poll_threads(self, timeout: float) -> list[tuple[int, Any, set[int]]]:
+        try:
+            worker_id, message = self._results.get(timeout=timeout)
+        except queue.Empty:
+            return []
+        items = [(worker_id, message, set())]
+        while True:
+            try:
+                worker_id, message = self._results.get_nowait()
+            except queue.Empty:
+                return items
+            items.append((worker_id, message, set()))
+
+    def _dead_threads(self) -> list[Death]:
+        return [
+            Death(i, None, None)
+            for i, w in enumerate(self._workers)
+            if not w.thread.is_alive() and self.state is PoolState.RUNNING
+        ]
+
+    def pid(self, worker_id: int) -> int | None:
+        worker = self._workers[worker_id]
+        return worker.process.pid if isinstance(worker, _ProcessWorker) else None
+
+    def dump_stack(self, worker_id: int) -> str:
+        """The Python stack of a (stuck) worker, as text."""
+        worker = self._workers[worker_id]
+        if isinstance(worker, _ThreadWorker):
+            frame = sys._current_frames().get(worker.thread.ident or -1)
+            return "".join(traceback.format_stack(frame)) if frame is not None else "(thread not running)"
+        path = self._stack_files[worker_id]
+        if path is None or worker.process.pid is None:
+            return "(no stack available)"
+        size_before = os.path.getsize(path)
+        try:
+            os.kill(worker.process.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return "(the worker has exited)"
+        deadline = time.monotonic() + _STACK_DUMP_WAIT_S
+        while time.monotonic() < deadline and os.path.getsize(path) == size_before:
+            time.sleep(0.01)
+        time.sleep(0.05)  # let faulthandler finish writing every thread
+        with open(path) as f:
+            f.seek(size_before)
+            return f.read() or "(the worker did not answer the stack request)"
+
+    # -- stopping ----------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stops every worker and frees every resource; see NOTE [ Shutdown ]."""
+        if self.state is not PoolState.RUNNING:
+            return
+        self.state = PoolState.CLOSING
+        try:
+            for worker in self._workers:
+                if worker is None:
+                    continue
+                if isinstance(worker, _ThreadWorker):
+                    worker.tasks.put(None)
+                    continue
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    worker.tasks.send(None)
+                with contextlib.suppress(OSError):
+                    worker.tasks.close()
+            deadline = time.monotonic() + _JOIN_TIMEOUT_S
+            for worker in self._workers:
+                if worker is None:
+                    continue
+                if isinstance(worker, _ThreadWorker):
+                    worker.thread.join(max(0.0, deadline - time.monotonic()))
+                    continue
+                process = worker.process
+                process.join(max(0.0, deadline - time.monotonic()))
+                if process.is_alive():
+                    process.terminate()
+                    process.join(_TERMINATE_TIMEOUT_S)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+                with contextlib.suppress(OSError):
+                    worker.results.close()
+                with contextlib.suppress(ValueError):
+                    process.close()
+        finally:
+            if self.slots is not None:
+                self.slots.close()
+            shm.sweep(self.prefix)
+            for path in self._stack_files:
+                if path is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+            self.state = PoolState.CLOSED
+
+
+def _no_slots(index: int) -> object:
+    raise AssertionError(f"a message referenced slot {index} but no slot pool exists")
+
+
+@contextlib.contextmanager
+def _thread_env(threads: int | None) -> Iterator[None]:
+    """Sets the thread-count variables while a spawned child starts, so its BLAS obeys them."""
+    if threads is None:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in THREAD_ENV_VARS}
+    os.environ.update({name: str(threads) for name in THREAD_ENV_VARS})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

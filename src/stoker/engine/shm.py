@@ -1,0 +1,357 @@
+"""Shared-memory slots that carry batches from process workers to the trainer.
+
+Ownership (who creates, who reads, who frees):
+
+* The **main process** creates every slot (``/dev/shm/stoker-<pid>-<token>-<n>``),
+  decides which task may write into which slot, and unlinks every segment.
+* A **worker** attaches to the slot named in its task, collates the batch straight into
+  it (see :func:`stoker.collate.collate_into`), and sends back only metadata: offsets,
+  shapes and dtypes.
+* Before the pool exists (the first batches show how big a batch is) or when every slot
+  is held by the consumer, a worker with a large batch creates a **one-off segment**
+  under the trainer's prefix; the trainer maps it and unlinks it as soon as the message
+  arrives, so it lives only as long as the batch's arrays. A pool's shutdown also sweeps
+  its prefix, so a worker that dies between creating and sending leaks nothing.
+* The **consumer** gets numpy views of the slot. A slot is *leased* to a batch: it goes
+  back to the pool only when the last array (or torch tensor) that views it is garbage
+  collected, so a batch a user keeps is never overwritten. That is the batch's lifetime
+  rule; ``DataLoader(copy_batches=True)`` copies each batch out and frees its slot at once.
+
+Segments are reserved with ``posix_fallocate`` when created, so a full ``/dev/shm``
+fails then, with a message, instead of killing a process with SIGBUS mid-epoch. Segments
+of a process that died without cleaning up are removed by the next pool created on the
+machine (:func:`remove_orphaned_segments`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import secrets
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from stoker._errors import ShmError
+
+try:  # CPython's POSIX shared memory primitives (what multiprocessing.shared_memory uses)
+    import _posixshmem
+except ImportError:  # pragma: no cover - Windows
+    _posixshmem = None
+
+__all__ = [
+    "SEGMENT_PREFIX",
+    "SlotAllocator",
+    "SlotPool",
+    "SlotRef",
+    "attach",
+    "create_oneoff",
+    "lease_oneoff",
+    "new_prefix",
+    "remove_orphaned_segments",
+    "shm_available",
+    "sweep",
+]
+
+SEGMENT_PREFIX = "stoker-"
+_SHM_DIR = "/dev/shm"
+_ALIGN = 64  # bytes; every array in a slot starts on a cache line
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRef:
+    """Names a slot in a task message: which segment, how big, which generation."""
+
+    index: int
+    name: str
+    size: int
+
+
+def shm_available() -> bool:
+    return _posixshmem is not None and os.path.isdir(_SHM_DIR)
+
+
+def _create(name: str, size: int) -> mmap.mmap:
+    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            _posixshmem.shm_unlink("/" + name)
+            free = _free_shm_bytes()
+            msg = (
+                f"cannot reserve {size / 2**20:.1f} MiB of shared memory for a batch slot "
+                f"({_SHM_DIR} has {free / 2**20:.1f} MiB free): {exc.strerror}. Give the container "
+                "more shared memory (docker run --shm-size=8g, or a larger emptyDir medium: Memory "
+                "in Kubernetes), lower batch_size / prefetch_factor / num_workers, or use "
+                "worker_mode='thread'."
+            )
+            raise ShmError(msg) from exc
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def attach(name: str, size: int) -> mmap.mmap:
+    """Maps an existing segment (worker side)."""
+    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def create_oneoff(prefix: str, size: int) -> tuple[str, mmap.mmap]:
+    """Worker side: a fresh segment under the trainer's ``prefix`` (see module docstring)."""
+    name = f"{prefix}-w{os.getpid()}-{secrets.token_hex(4)}"
+    return name, _create(name, _round_up(max(size, 1), mmap.PAGESIZE))
+
+
+def lease_oneoff(name: str, size: int) -> object:
+    """Trainer side: maps a one-off segment, unlinks it, returns a buffer over it.
+
+    The mapping is released when the last array viewing the buffer is collected.
+    """
+    mm = attach(name, size)
+    _unlink(name)
+    return (ctypes.c_ubyte * size).from_buffer(mm)
+
+
+def sweep(prefix: str) -> None:
+    """Unlinks every segment whose name starts with ``prefix``."""
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            _unlink(name)
+
+
+def new_prefix() -> str:
+    """A segment-name prefix unique to this process and pool."""
+    return f"{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _unlink(name: str) -> None:
+    try:
+        _posixshmem.shm_unlink("/" + name)
+    except FileNotFoundError:
+        pass
+
+
+def _free_shm_bytes() -> int:
+    st = os.statvfs(_SHM_DIR)
+    return st.f_bavail * st.f_frsize
+
+
+def remove_orphaned_segments() -> list[str]:
+    """Unlinks stoker segments whose creating process no longer exists.
+
+    Returns the names removed. A process killed with SIGKILL cannot clean up after
+    itself; the next stoker pool on the machine does it instead.
+    """
+    removed = []
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(SEGMENT_PREFIX):
+            continue
+        pid_text = name[len(SEGMENT_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            _unlink(name)
+            removed.append(name)
+        except PermissionError:
+            pass  # alive, someone else's
+    return removed
+
+
+class _Slot:
+    __slots__ = ("buffer_type", "index", "leased", "mm", "name", "size", "wanted")
+
+    def __init__(self, index: int, name: str, size: int) -> None:
+        self.index = index
+        self.name = name
+        self.size = size
+        self.mm = _create(name, size)
+        self.buffer_type = type("SlotBuffer", (ctypes.c_ubyte * size,), {})
+        self.leased = False
+        self.wanted = size  # grown when a batch did not fit
+
+    def ref(self) -> SlotRef:
+        return SlotRef(self.index, self.name, self.size)
+
+    def close(self) -> bool:
+        """Unmaps (when no view is alive) and unlinks. Returns True when unmapped."""
+        _unlink(self.name)
+        try:
+            self.mm.close()
+        except BufferError:  # a consumer still holds a view: the mapping dies with it
+            return False
+        return True
+
+
+class SlotPool:
+    """A fixed number of reusable shared-memory slots, owned by the main process.
+
+    Args:
+        count: number of slots (the loader passes ``prefetch_factor * num_workers + 2``).
+        size: bytes per slot.
+
+    Example:
+        >>> pool = SlotPool(count=2, size=1 << 16)  # doctest: +SKIP
+        >>> ref = pool.acquire()                      # doctest: +SKIP
+        >>> pool.close()                              # doctest: +SKIP
+    """
+
+    def __init__(self, count: int, size: int, prefix: str | None = None) -> None:
+        if count < 1 or size < 1:
+            raise AssertionError(f"SlotPool needs count >= 1 and size >= 1, got {count}, {size}")
+        size = _round_up(size, mmap.PAGESIZE)
+        need = count * size
+        free = _free_shm_bytes()
+        if need > free:
+            msg = (
+                f"the batch slot pool needs {need / 2**20:.1f} MiB of shared memory ({count} slots of "
+                f"{size / 2**20:.1f} MiB) but {_SHM_DIR} has {free / 2**20:.1f} MiB free. Give the "
+                "container more shared memory (docker run --shm-size=8g), or lower batch_size, "
+                "prefetch_factor or num_workers."
+            )
+            raise ShmError(msg)
+        remove_orphaned_segments()
+        self._token = prefix or new_prefix()
+        self._serial = 0
+        self._slots: list[_Slot] = []
+        self._free: list[int] = []
+        self._closed = False
+        try:
+            for index in range(count):
+                self._slots.append(self._new_slot(index, size))
+                self._free.append(index)
+        except BaseException:
+            self.close()
+            raise
+
+    def _new_slot(self, index: int, size: int) -> _Slot:
+        self._serial += 1
+        return _Slot(index, f"{self._token}-{self._serial}", size)
+
+    @property
+    def names(self) -> list[str]:
+        return [slot.name for slot in self._slots]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(slot.size for slot in self._slots)
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def acquire(self) -> SlotRef | None:
+        """A free slot for the next task, or ``None`` when every slot is in use."""
+        if not self._free:
+            return None
+        slot = self._slots[self._free.pop()]
+        if slot.wanted > slot.size:  # a batch overflowed it: replace with a bigger one
+            slot.close()
+            slot = self._slots[slot.index] = self._new_slot(slot.index, _round_up(slot.wanted, mmap.PAGESIZE))
+        slot.leased = True
+        return slot.ref()
+
+    def release(self, index: int) -> None:
+        """Returns a slot to the pool (a task failed, or no view was handed out)."""
+        if self._closed:
+            return
+        slot = self._slots[index]
+        if not slot.leased:
+            raise AssertionError(f"slot {index} released twice")
+        slot.leased = False
+        self._free.append(index)
+
+    def want(self, index: int, nbytes: int) -> None:
+        """Records that slot ``index`` should hold ``nbytes`` next time it is handed out."""
+        slot = self._slots[index]
+        slot.wanted = max(slot.wanted, nbytes)
+
+    def lease(self, index: int) -> object:
+        """A buffer over slot ``index`` whose garbage collection returns the slot to the pool."""
+        slot = self._slots[index]
+        if not slot.leased:
+            raise AssertionError(f"slot {index} viewed while not handed out")
+        buffer = slot.buffer_type.from_buffer(slot.mm)
+        weakref.finalize(buffer, self.release, index)
+        return buffer
+
+    def close(self) -> None:
+        """Unlinks every segment; safe to call twice. Views still alive stay valid."""
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self._slots:
+            slot.close()
+        self._free.clear()
+
+
+class SlotAllocator:
+    """Worker side: bump-allocates arrays inside one slot while a batch is collated.
+
+    Arrays that do not fit come from the heap instead and are reported through
+    :attr:`overflow` so the main process can grow the slot for next time.
+    """
+
+    __slots__ = ("_buffer", "_offsets", "overflow", "ref", "used")
+
+    def __init__(self, ref: SlotRef, mm: mmap.mmap) -> None:
+        self.ref = ref  # index -1: a one-off segment, named by ref.name
+        self._buffer = mm
+        self._offsets: dict[int, tuple[int, np.ndarray]] = {}
+        self.used = 0
+        self.overflow = 0
+
+    def __call__(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset = _round_up(self.used, _ALIGN)
+        if dtype.hasobject or offset + nbytes > self.ref.size:
+            self.overflow += nbytes
+            return np.empty(shape, dtype)
+        array = np.frombuffer(self._buffer, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
+        array = array.reshape(shape)
+        self.used = offset + nbytes
+        self._offsets[id(array)] = (offset, array)
+        return array
+
+    def place(self, array: np.ndarray) -> int | None:
+        """The slot offset of ``array``, copying it in if it is not there; None if it cannot be."""
+        hit = self._offsets.get(id(array))
+        if hit is not None and hit[1] is array:
+            return hit[0]
+        if array.dtype.hasobject:
+            return None
+        offset = _round_up(self.used, _ALIGN)
+        if offset + array.nbytes > self.ref.size:
+            self.overflow += array.nbytes
+            return None
+        target = np.frombuffer(self._buffer, dtype=array.dtype, count=array.size, offset=offset)
+        np.copyto(target.reshape(array.shape), array, casting="no")
+        self.used = offset + array.nbytes
+        return offset
+
+    def reset(self) -> None:
+        self._offsets.clear()
+        self.used = 0
+        self.overflow = 0
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+

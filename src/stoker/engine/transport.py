@@ -1,0 +1,117 @@
+"""Encoding a collated batch for the trip from a process worker to the trainer.
+
+The batch is pickled with a ``persistent_id`` hook: every numpy array (and CPU torch
+tensor) large enough to matter is replaced by a reference into the task's shared-memory
+slot (collate already wrote most of them there), so only a few hundred bytes of
+structure cross the pipe. On the trainer's side ``persistent_load`` turns each reference
+back into a zero-copy view of the leased slot. Arrays smaller than
+:data:`INLINE_MAX_BYTES`, object arrays and arrays that do not fit travel inside the
+pickle.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from stoker.engine import shm
+from stoker.engine.shm import SlotAllocator
+
+__all__ = ["INLINE_MAX_BYTES", "SHM_MIN_BATCH_BYTES", "array_bytes", "decode", "encode"]
+
+INLINE_MAX_BYTES = 2048  # a smaller array travels inside the pickle
+SHM_MIN_BATCH_BYTES = 64 * 1024  # a smaller batch travels inline: a pipe write beats a segment
+_NDARRAY = np.ndarray
+
+
+def encode(message: Any, allocator: SlotAllocator | None) -> bytes:
+    """Pickles ``message``, moving its large arrays into ``allocator``'s slot when given."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    if allocator is not None:
+        torch = sys.modules.get("torch")
+        tensor_type = torch.Tensor if torch is not None else None
+        slot_key: int | tuple[str, int] = allocator.ref.index
+        if slot_key == -1:  # a one-off segment: the trainer finds it by name
+            slot_key = (allocator.ref.name, allocator.ref.size)
+
+        def persistent_id(obj: Any) -> Any:
+            kind = type(obj)
+            if kind is _NDARRAY:
+                array, tag = obj, "n"
+            elif tensor_type is not None and kind is tensor_type and obj.device.type == "cpu":
+                if obj.requires_grad or obj.is_sparse or obj.is_quantized:
+                    return None
+                array, tag = obj.detach().numpy(), "t"
+            else:
+                return None
+            if array.nbytes < INLINE_MAX_BYTES:
+                return None
+            offset = allocator.place(array)
+            if offset is None:
+                return None
+            return (tag, slot_key, offset, array.shape, array.dtype.str)
+
+        pickler.persistent_id = persistent_id  # type: ignore[method-assign]
+    pickler.dump(message)
+    return buffer.getvalue()
+
+
+def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[int]]:
+    """Unpickles a message; returns it and the pool slots whose views it holds.
+
+    ``lease(slot_index)`` is called once per pool slot that the message references and
+    returns the buffer the arrays view (see :meth:`SlotPool.lease`); one-off segments
+    are mapped and unlinked here.
+    """
+    leases: dict[Any, object] = {}
+    unpickler = pickle.Unpickler(io.BytesIO(payload))
+
+    def persistent_load(ref: tuple[str, Any, int, tuple[int, ...], str]) -> Any:
+        tag, slot_key, offset, shape, dtype_str = ref
+        buffer = leases.get(slot_key)
+        if buffer is None:
+            if isinstance(slot_key, tuple):
+                buffer = leases[slot_key] = shm.lease_oneoff(*slot_key)
+            else:
+                buffer = leases[slot_key] = lease(slot_key)
+        dtype = np.dtype(dtype_str)
+        count = 1
+        for n in shape:
+            count *= n
+        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)  # type: ignore[call-overload]
+        if tag == "t":
+            import torch
+
+            return torch.from_numpy(array)
+        return array
+
+    unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
+    message = unpickler.load()
+    return message, {key for key in leases if isinstance(key, int)}
+
+
+def array_bytes(obj: Any) -> tuple[int, int]:
+    """(bytes, count) of the shared-memory-worthy arrays and tensors in a batch tree."""
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject or obj.nbytes < INLINE_MAX_BYTES:
+            return 0, 0
+        return obj.nbytes, 1
+    if hasattr(obj, "numpy") and hasattr(obj, "element_size"):  # a torch tensor
+        nbytes = obj.numel() * obj.element_size()
+        return (nbytes, 1) if nbytes >= INLINE_MAX_BYTES else (0, 0)
+    if isinstance(obj, Mapping):
+        obj = obj.values()
+    elif not isinstance(obj, (list, tuple)):
+        return 0, 0
+    total = count = 0
+    for item in obj:
+        nbytes, n = array_bytes(item)
+        total += nbytes
+        count += n
+    return total, count

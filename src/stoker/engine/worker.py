@@ -1,0 +1,228 @@
+"""The worker loop, shared by process and thread workers.
+
+A worker receives a :class:`~stoker.engine.messages.WorkerSpec` once, then a stream of
+:class:`StartEpoch` and :class:`Task` messages; it fetches through the same fetchers as
+the main process, collates (into a shared-memory slot for process workers) and reports
+:class:`Done`, :class:`Exhausted` or :class:`Failed`. ``None`` stops it. A process worker
+also stops when its parent disappears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import pickle
+import random
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from stoker._worker_info import WorkerInfo, _set_worker_info
+from stoker.collate import collate_into
+from stoker.engine import shm, transport
+from stoker.engine.fetch import IterableFetcher, MapFetcher
+from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task, WorkerSpec
+
+__all__ = ["THREAD_ENV_VARS", "cap_threads", "process_worker_main", "run_worker"]
+
+_PARENT_POLL_S = 1.0
+_ALIGN_SLACK = 64
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def cap_threads(threads: int) -> None:
+    """Caps BLAS / OpenMP / torch / OpenCV thread pools in this process to ``threads``."""
+    for name in THREAD_ENV_VARS:
+        os.environ[name] = str(threads)
+    try:  # already-loaded BLAS libraries ignore the environment; threadpoolctl reaches them
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        pass
+    else:
+        threadpool_limits(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    cv2 = sys.modules.get("cv2")
+    if cv2 is not None:
+        cv2.setNumThreads(threads)
+
+
+def seed_worker(seed: int) -> None:
+    """Seeds Python's ``random``, numpy's global RNG and (when loaded) torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def failure(task_id: int, epoch: int, worker_id: int, exc: BaseException) -> Failed:
+    try:
+        blob: bytes | None = pickle.dumps(exc)
+        pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
+    except Exception:
+        blob = None
+    return Failed(
+        task_id=task_id,
+        epoch=epoch,
+        worker_id=worker_id,
+        pid=os.getpid(),
+        exception=blob,
+        type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        text=str(exc),
+        traceback="".join(traceback.format_exception(exc)),
+    )
+
+
+def run_worker(
+    worker_id: int,
+    spec: WorkerSpec,
+    receive: Callable[[], Any],
+    send: Callable[[Any, shm.SlotAllocator | None], None],
+    attach: Callable[[shm.SlotRef], shm.SlotAllocator] | None,
+) -> None:
+    """The loop itself. ``receive()`` returns the next message (``None`` to stop)."""
+    epoch, fetcher = -1, None
+    try:
+        _set_worker_info(WorkerInfo(worker_id, spec.num_workers, 0, spec.dataset))
+        if spec.worker_init_fn is not None:
+            spec.worker_init_fn(worker_id)
+    except BaseException as exc:
+        send(failure(-1, epoch, worker_id, exc), None)
+        return
+    send(Ready(worker_id, os.getpid()), None)
+    while True:
+        message = receive()
+        if message is None:
+            return
+        if isinstance(message, StartEpoch):
+            epoch = message.epoch
+            seed = message.seed + worker_id
+            _set_worker_info(WorkerInfo(worker_id, spec.num_workers, seed, spec.dataset))
+            seed_worker(seed)
+            fetcher = None
+            continue
+        task: Task = message
+        allocator = attach(task.slot) if (attach is not None and task.slot is not None) else None
+        try:
+            if fetcher is None:
+                fetcher = (
+                    IterableFetcher(spec.dataset, spec.batch_size, spec.collate_fn, spec.drop_last)
+                    if spec.iterable
+                    else MapFetcher(spec.dataset, spec.auto_collation, spec.collate_fn)
+                )
+            with collate_into(allocator) if allocator is not None else contextlib.nullcontext():
+                batch = fetcher.fetch(task.indices) if not spec.iterable else fetcher.fetch()
+        except StopIteration:
+            send(Exhausted(task.task_id, epoch, worker_id), None)
+            continue
+        except BaseException as exc:
+            send(failure(task.task_id, epoch, worker_id, exc), None)
+            continue
+        if allocator is None:
+            send(Done(task.task_id, epoch, worker_id, batch, 0, 0), None)
+        else:
+            send(Done(task.task_id, epoch, worker_id, batch, allocator.used, allocator.overflow), allocator)
+
+
+def _set_parent_death_signal() -> None:
+    """Linux: the kernel SIGKILLs this worker when the trainer dies, however it dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def process_worker_main(
+    worker_id: int,
+    task_conn: Any,
+    result_conn: Any,
+    spec: WorkerSpec | None,
+    parent_pid: int,
+    stack_file: str | None,
+) -> None:
+    """Entry point of a process worker (a ``multiprocessing.Process`` target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer handles Ctrl-C and stops us
+    _set_parent_death_signal()
+    if os.getppid() != parent_pid:
+        return
+    if spec is None:
+        spec = pickle.loads(task_conn.recv_bytes())
+    if spec.threads is not None:
+        cap_threads(spec.threads)
+    stack = open(stack_file, "w") if stack_file else None  # noqa: SIM115
+    if stack is not None:  # the trainer asks for our stack with SIGUSR1 when we hang
+        faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    mappings: dict[int, tuple[str, Any]] = {}  # slot index -> (segment name, mmap)
+    allocators: dict[int, shm.SlotAllocator] = {}
+
+    def receive() -> Any:
+        while not task_conn.poll(_PARENT_POLL_S):
+            if os.getppid() != parent_pid:
+                return None
+        try:
+            return task_conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def send(message: Any, allocator: shm.SlotAllocator | None) -> None:
+        oneoff = None
+        if allocator is None and isinstance(message, Done) and spec.segment_prefix is not None:
+            nbytes, count = transport.array_bytes(message.batch)
+            if nbytes >= transport.SHM_MIN_BATCH_BYTES:
+                with contextlib.suppress(OSError):
+                    name, oneoff = shm.create_oneoff(spec.segment_prefix, nbytes + _ALIGN_SLACK * count)
+                    allocator = shm.SlotAllocator(shm.SlotRef(-1, name, len(oneoff)), oneoff)
+        try:
+            result_conn.send_bytes(transport.encode(message, allocator))
+        except (BrokenPipeError, EOFError):
+            pass  # the trainer is gone; the next receive() notices
+        finally:
+            if oneoff is not None:
+                allocator = None
+                with contextlib.suppress(BufferError):
+                    oneoff.close()
+
+    def attach(ref: shm.SlotRef) -> shm.SlotAllocator:
+        allocator = allocators.get(ref.index)
+        if allocator is None or allocator.ref != ref:
+            old = mappings.pop(ref.index, None)
+            if old is not None:  # the trainer replaced this slot with a bigger segment
+                allocators.pop(ref.index, None)
+                with contextlib.suppress(BufferError):
+                    old[1].close()
+            mapping = shm.attach(ref.name, ref.size)
+            mappings[ref.index] = (ref.name, mapping)
+            allocator = allocators[ref.index] = shm.SlotAllocator(ref, mapping)
+        allocator.reset()
+        return allocator
+
+    try:
+        run_worker(worker_id, spec, receive, send, attach)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        allocators.clear()
+        for _name, mapping in mappings.values():
+            with contextlib.suppress(BufferError):
+                mapping.close()
+        if stack is not None:
+            faulthandler.unregister(signal.SIGUSR1)
+            stack.close()

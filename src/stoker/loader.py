@@ -1,0 +1,411 @@
+"""The public :class:`DataLoader`: arguments, validation, iteration.
+
+The loader wires the pipeline the seeds describe::
+
+    Dataset -> Sampler -> BatchSampler -> (fetch) -> collate_fn -> batch
+
+Its signature and argument rules are torch.utils.data.DataLoader's, so a training
+script can switch by changing one import; the messages say what to change.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
+from stoker.collate import default_collate, default_convert
+from stoker.datasets import is_iterable_dataset
+from stoker.engine.fetch import IterableFetcher, MapFetcher
+from stoker.engine.iterator import MultiWorkerIterator
+from stoker.engine.messages import WorkerSpec
+from stoker.engine.pool import PoolState, WorkerPool
+from stoker.samplers import BatchSampler, RandomSampler, SequentialSampler
+
+__all__ = ["DataLoader"]
+
+T = TypeVar("T")
+
+_WORKER_MODES = ("process", "thread")
+_ON_WORKER_DEATH = ("raise", "restart")
+# Attributes that define the batch stream; changing them after construction would
+# silently desynchronise the loader from its samplers, so torch forbids it and so do we.
+_FROZEN_AFTER_INIT = frozenset(
+    {"batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers"}
+)
+
+
+class DataLoader(Generic[T]):
+    """Iterates over batches of a dataset: torch's DataLoader over a numpy core.
+
+    Args:
+        dataset: a map-style dataset (anything with ``__getitem__`` and ``__len__``,
+            optionally ``__getitems__`` for batched fetch) or an iterable dataset
+            (:class:`stoker.IterableDataset` or ``torch.utils.data.IterableDataset``).
+        batch_size: samples per batch; ``None`` disables batching (each item is one
+            sample passed through ``default_convert``).
+        shuffle: reshuffle every epoch (map-style only).
+        sampler: where indices come from; mutually exclusive with ``shuffle``.
+        batch_sampler: yields whole index batches; mutually exclusive with
+            ``batch_size``, ``shuffle``, ``sampler`` and ``drop_last``.
+        num_workers: background workers; 0 loads in the main process.
+        collate_fn: merges a list of samples into a batch (default:
+            :func:`stoker.default_collate`).
+        pin_memory: pin batches for fast host-to-device copies (torch only).
+        drop_last: drop the last, incomplete batch.
+        timeout: seconds to wait for a worker's batch (0: no limit).
+        worker_init_fn: called in every worker with its id before it fetches.
+        multiprocessing_context: ``"fork"``, ``"forkserver"``, ``"spawn"`` or a context.
+        generator: seeds shuffling (int, ``numpy.random.Generator`` or ``torch.Generator``).
+        prefetch_factor: batches loaded in advance per worker (default 2 with workers).
+        persistent_workers: keep workers alive between epochs.
+        pin_memory_device: accepted for compatibility; the current accelerator is used.
+        in_order: deliver batches in sampler order (``False``: as soon as ready).
+        worker_mode: ``"process"`` (default) or ``"thread"`` workers.
+        on_worker_death: ``"raise"`` (default) or ``"restart"`` a worker that died
+            and re-issue its batches.
+        copy_batches: copy each batch out of shared memory before returning it. By
+            default batches are zero-copy views of a shared-memory slot that is reused
+            once nothing references the batch any more; copying frees the slot at once.
+        worker_threads: cap on BLAS / OpenMP / torch threads inside each process
+            worker (default 1, so N workers do not oversubscribe the cores); ``None``
+            leaves the libraries' defaults.
+
+    Example:
+        >>> import numpy as np
+        >>> from stoker import ArrayDataset, DataLoader
+        >>> ds = ArrayDataset(np.arange(10), np.arange(10) * 2)
+        >>> [x.tolist() for x, y in DataLoader(ds, batch_size=4)]
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Iterable[Any] | None = None,
+        batch_sampler: Iterable[list[Any]] | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        worker_mode: str = "process",
+        on_worker_death: str = "raise",
+        copy_batches: bool = False,
+        worker_threads: int | None = 1,
+    ) -> None:
+        _check_int("num_workers", num_workers, minimum=0, hint="use num_workers=0 to load in the main process")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
+            msg = f"timeout must be a non-negative number of seconds (0: wait forever), got {timeout!r}"
+            raise ValueError(msg)
+        if prefetch_factor is not None:
+            if num_workers == 0:
+                msg = (
+                    f"prefetch_factor={prefetch_factor!r} only applies to background workers. "
+                    "Pass num_workers > 0, or leave prefetch_factor unset (None)."
+                )
+                raise ValueError(msg)
+            _check_int("prefetch_factor", prefetch_factor, minimum=1)
+        elif num_workers > 0:
+            prefetch_factor = 2
+        if persistent_workers and num_workers == 0:
+            msg = "persistent_workers=True needs background workers: pass num_workers > 0"
+            raise ValueError(msg)
+        if worker_mode not in _WORKER_MODES:
+            msg = f"worker_mode must be one of {_WORKER_MODES}, got {worker_mode!r}"
+            raise ValueError(msg)
+        if on_worker_death not in _ON_WORKER_DEATH:
+            msg = f"on_worker_death must be one of {_ON_WORKER_DEATH}, got {on_worker_death!r}"
+            raise ValueError(msg)
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            msg = f"worker_init_fn must be callable (it receives the worker id), got {worker_init_fn!r}"
+            raise TypeError(msg)
+        if collate_fn is not None and not callable(collate_fn):
+            msg = f"collate_fn must be callable (it receives a list of samples), got {collate_fn!r}"
+            raise TypeError(msg)
+        multiprocessing_context = _check_context(multiprocessing_context, num_workers)
+        if worker_threads is not None:
+            _check_int("worker_threads", worker_threads, minimum=1, hint="or None to leave thread pools alone")
+
+        iterable = is_iterable_dataset(dataset)
+        if iterable:
+            for name, value in (("shuffle", shuffle), ("sampler", sampler), ("batch_sampler", batch_sampler)):
+                if value not in (None, False):
+                    msg = (
+                        f"DataLoader over an IterableDataset takes no {name} option, got {name}={value!r}. "
+                        "The dataset's own iterator decides the order: shuffle inside it "
+                        "(for example with a shuffle buffer), or use a map-style dataset."
+                    )
+                    raise ValueError(msg)
+        else:
+            if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+                msg = (
+                    f"dataset must be map-style (define __getitem__ and __len__) or an "
+                    f"IterableDataset (define __iter__), got {type(dataset).__name__}"
+                )
+                raise TypeError(msg)
+            shuffle = bool(shuffle)
+
+        if sampler is not None and shuffle:
+            msg = (
+                "sampler and shuffle=True are mutually exclusive: the sampler already decides "
+                "the order. Drop shuffle=True, or pass a shuffling sampler such as RandomSampler."
+            )
+            raise ValueError(msg)
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                msg = (
+                    "batch_sampler is mutually exclusive with batch_size, shuffle, sampler and "
+                    "drop_last: the batch sampler already decides batch size, order and the last "
+                    "batch. Leave those four at their defaults."
+                )
+                raise ValueError(msg)
+            batch_size = None
+            drop_last = False
+        elif batch_size is None:
+            if drop_last:
+                msg = (
+                    "batch_size=None disables batching, so drop_last=True has nothing to drop. "
+                    "Pass a batch_size, or drop_last=False."
+                )
+                raise ValueError(msg)
+        else:
+            _check_int("batch_size", batch_size, minimum=1, hint="or None to load unbatched samples")
+
+        if sampler is None and not iterable:
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None and not iterable:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)  # type: ignore[arg-type]
+
+        self._iterable = iterable
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.generator = generator
+        self.persistent_workers = persistent_workers
+        self.in_order = in_order
+        self.worker_mode = worker_mode
+        self.on_worker_death = on_worker_death
+        self.copy_batches = copy_batches
+        self.worker_threads = worker_threads
+        self._epoch = 0
+        self._pool: WorkerPool | None = None
+        self._pool_finalizer: weakref.finalize | None = None
+        self.collate_fn = collate_fn or (default_collate if self._auto_collation else default_convert)
+        self._pin_warned = False
+        self._initialized = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FROZEN_AFTER_INIT and self.__dict__.get("_initialized", False):
+            msg = (
+                f"{name} cannot be changed after the DataLoader is built; "
+                "build a new DataLoader with the value you want"
+            )
+            raise ValueError(msg)
+        super().__setattr__(name, value)
+
+    @property
+    def _auto_collation(self) -> bool:
+        return self.batch_sampler is not None or (self.batch_size is not None and self._iterable)
+
+    @property
+    def _index_sampler(self) -> Iterable[Any]:
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        """Batches per epoch, as torch defines it.
+
+        For an iterable dataset this is ``len(dataset)`` divided by the batch size
+        (rounded up, or down with ``drop_last``) and needs the dataset to define
+        ``__len__``.
+        """
+        if self._iterable:
+            try:
+                length = len(self.dataset)
+            except TypeError:
+                msg = (
+                    f"len(DataLoader) needs the IterableDataset to define __len__; "
+                    f"{type(self.dataset).__name__} does not"
+                )
+                raise TypeError(msg) from None
+            if self.batch_size is not None:
+                length = length // self.batch_size if self.drop_last else math.ceil(length / self.batch_size)
+            return length
+        return len(self._index_sampler)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[T]:
+        if self.pin_memory and not self._pin_warned:
+            self._pin_warned = True
+            _warn_pin_memory()
+        if self.num_workers == 0:
+            return _SingleProcessIterator(self)
+        epoch = self._epoch
+        self._epoch += 1
+        seed = self._base_seed(epoch)
+        if not self.persistent_workers:
+            pool = self._new_pool()
+            return MultiWorkerIterator(self, pool, owns_pool=True, epoch=epoch, seed=seed)
+        if self._pool is None or self._pool.state is not PoolState.RUNNING:
+            self._pool = self._new_pool()
+            self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
+        return MultiWorkerIterator(self, self._pool, owns_pool=False, epoch=epoch, seed=seed)
+
+    def _new_pool(self) -> WorkerPool:
+        spec = WorkerSpec(
+            dataset=self.dataset,
+            iterable=self._iterable,
+            auto_collation=self._auto_collation,
+            collate_fn=self.collate_fn,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            worker_init_fn=self.worker_init_fn,
+            num_workers=self.num_workers,
+            threads=self.worker_threads,
+            segment_prefix=None,
+        )
+        return WorkerPool(spec, self.num_workers, self.worker_mode, self.multiprocessing_context)
+
+    def _base_seed(self, epoch: int) -> int:
+        """The seed workers derive theirs from this epoch (worker seed = base + worker id)."""
+        drawn = _draw_torch_base_seed(self.generator)
+        if drawn is not None:
+            return drawn
+        if self.generator is None:
+            return int(np.random.randint(0, 2**62, dtype=np.int64))
+        base = resolve_base_seed(self.generator) if not isinstance(self.generator, int) else self.generator
+        return int(epoch_rng(base, epoch).integers(0, 2**62))
+
+    def close(self) -> None:
+        """Stops persistent workers and frees their shared memory; safe to call twice.
+
+        Iterators of non-persistent loaders clean up when exhausted, closed or
+        garbage collected; see NOTE [ Shutdown ] in :mod:`stoker.engine.pool`.
+        """
+        if self._pool_finalizer is not None:
+            self._pool_finalizer()
+        self._pool = None
+
+    def __enter__(self) -> DataLoader[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"DataLoader(dataset={type(self.dataset).__name__}, batch_size={self.batch_size}, "
+            f"num_workers={self.num_workers}, worker_mode={self.worker_mode!r})"
+        )
+
+
+class _SingleProcessIterator:
+    """Loads every batch in the calling thread (``num_workers=0``)."""
+
+    __slots__ = ("_fetcher", "_index_iter", "_loader", "_num_yielded")
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self._loader = loader
+        self._num_yielded = 0
+        _draw_torch_base_seed(loader.generator)
+        self._fetcher: MapFetcher | IterableFetcher
+        if loader._iterable:
+            self._index_iter = None
+            self._fetcher = IterableFetcher(
+                loader.dataset, loader.batch_size, loader.collate_fn, loader.drop_last
+            )
+        else:
+            self._index_iter = iter(loader._index_sampler)
+            self._fetcher = MapFetcher(loader.dataset, loader._auto_collation, loader.collate_fn)
+
+    def __iter__(self) -> _SingleProcessIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._index_iter is None:
+            batch = self._fetcher.fetch()  # type: ignore[call-arg]
+        else:
+            batch = self._fetcher.fetch(next(self._index_iter))  # type: ignore[call-arg]
+        self._num_yielded += 1
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+
+def _draw_torch_base_seed(generator: Any) -> int | None:
+    """Advances a torch.Generator exactly as torch's loader iterator does; returns the draw.
+
+    torch draws one int64 "base seed" from the loader's generator every epoch, before
+    the sampler runs; doing the same keeps shuffled orders equal to torch's.
+    """
+    if not is_torch_generator(generator):
+        return None
+    import torch
+
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+def _check_int(name: str, value: Any, *, minimum: int, hint: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        msg = f"{name} must be {kind}, got {value!r}"
+        if hint:
+            msg += f" ({hint})"
+        raise ValueError(msg)
+
+
+def _check_context(context: Any, num_workers: int) -> Any:
+    if context is None:
+        return None
+    if num_workers == 0:
+        msg = (
+            f"multiprocessing_context={context!r} only applies to background workers; "
+            "pass num_workers > 0, or leave multiprocessing_context unset"
+        )
+        raise ValueError(msg)
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            msg = f"multiprocessing_context must be one of {methods} or a context object, got {context!r}"
+            raise ValueError(msg)
+        return multiprocessing.get_context(context)
+    if not isinstance(context, multiprocessing.context.BaseContext):
+        msg = (
+            "multiprocessing_context must be a start method name ('fork', 'forkserver', 'spawn') "
+            f"or a multiprocessing context object, got {context!r}"
+        )
+        raise TypeError(msg)
+    return context
+
+
+def _warn_pin_memory() -> None:
+    msg = (
+        "pin_memory=True has no effect on stoker.DataLoader: it returns numpy batches, and only "
+        "torch tensors can be pinned. Use stoker.torch.DataLoader to get pinned torch tensors."
+    )
+    warnings.warn(msg, UserWarning, stacklevel=3)

@@ -1,0 +1,294 @@
+"""The sampler base class and the epoch / seed / state logic every stoker sampler shares.
+
+Epochs
+    Every stoker sampler keeps an epoch counter. ``iter(sampler)`` uses the current
+    epoch and then advances the counter by one, so iterating twice gives two different
+    epochs without calling anything; ``set_epoch(e)`` (or ``sampler.epoch = e``) sets
+    the epoch that the *next* ``iter()`` uses, so a loop that calls ``set_epoch(e)``
+    before every epoch gets exactly epoch ``e``. The epoch is taken, and the random
+    numbers are drawn, when ``iter()`` is called, not when the first index is read.
+
+Randomness
+    ``generator=`` follows :mod:`stoker._seeding`: with ``None``, an ``int`` or a
+    ``numpy.random.Generator`` a base seed is fixed at construction and the order of
+    epoch ``e`` is a pure function of ``(base_seed, e)``. With a ``torch.Generator``
+    the samplers that torch also has run torch's own algorithm on that generator
+    (value for value equal to ``torch.utils.data``); the others draw one seed from it
+    per epoch.
+
+State
+    ``state_dict()`` is a small dict (the sampler's type, the epoch, the base seed or
+    the torch generator's state), never a list of indices; ``load_state_dict`` puts a
+    sampler built with any ``generator=`` back into that state.
+
+The fast-path protocol
+    An index sampler whose ``__iter__`` is :meth:`IndexSampler.__iter__` implements
+    ``_epoch_indices() -> numpy.ndarray`` (1-D, int64): the whole epoch's indices,
+    taking and advancing the epoch exactly as ``iter()`` would. A
+    :class:`~stoker.samplers.BatchSampler` over such a sampler slices that array
+    instead of pulling one Python int at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from stoker._seeding import derive_rng, epoch_rng, is_torch_generator, resolve_base_seed
+
+__all__ = [
+    "EpochState",
+    "IndexSampler",
+    "Sampler",
+    "as_int_array",
+    "check_bool",
+    "check_positive_int",
+    "iter_ints",
+]
+
+T_co = TypeVar("T_co", covariant=True)
+
+# Indices are turned into Python ints this many at a time, so an epoch of 10^8 indices
+# never materialises 10^8 int objects at once.
+_TOLIST_CHUNK = 8192
+
+
+class Sampler(Generic[T_co]):
+    """Base class of samplers: an iterable of dataset indices (or of index batches).
+
+    Like ``torch.utils.data.Sampler``: subclasses implement ``__iter__`` and may
+    implement ``__len__`` (there is deliberately no default ``__len__``, so ``len()``
+    of a sampler without one raises ``TypeError``).
+
+    Example:
+        >>> class EvenSampler(Sampler[int]):
+        ...     def __init__(self, n):
+        ...         self.n = n
+        ...     def __iter__(self):
+        ...         return iter(range(0, self.n, 2))
+        >>> list(EvenSampler(7))
+        [0, 2, 4, 6]
+    """
+
+    def __iter__(self) -> Iterator[T_co]:
+        raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Returns ``value`` as an int, or raises ``ValueError`` naming the argument."""
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, np.integer))
+        or value <= 0
+    ):
+        msg = f"{name} must be a positive integer, got {value!r}"
+        raise ValueError(msg)
+    return int(value)
+
+
+def check_bool(name: str, value: Any, *, error: type[Exception] = TypeError) -> bool:
+    """Returns ``value`` if it is a bool, or raises ``error`` naming the argument.
+
+    ``error`` lets each sampler raise the exception type torch raises for the same
+    mistake (torch is not consistent: ``TypeError`` in one place, ``ValueError`` in another).
+    """
+    if not isinstance(value, bool):
+        msg = f"{name} must be True or False, got {type(value).__name__}: {value!r}"
+        raise error(msg)
+    return value
+
+
+def as_int_array(name: str, values: Any, *, non_negative: bool) -> np.ndarray:
+    """``values`` (a 1-D sequence or array of ints) as an int64 array.
+
+    Raises:
+        ValueError: ``values`` is not 1-D, or (with ``non_negative``) holds a negative
+            int; the message names the first bad position.
+        TypeError: an element is not an int; the message names the first one.
+    """
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged nesting
+        arr = np.asarray(values, dtype=object)
+    if arr.ndim != 1:
+        msg = f"{name} must be a 1-D sequence of ints, got an array of shape {arr.shape}"
+        raise ValueError(msg)
+    if isinstance(values, (list, tuple)):
+        # Check the elements as given: numpy would turn True into 1, or [1, 2.5] into floats.
+        elements: Any = values
+    elif arr.dtype.kind in "iu" or arr.size == 0:
+        elements = ()
+    else:
+        elements = arr.tolist()
+    for i, value in enumerate(elements):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            msg = f"{name} must be ints, but {name}[{i}] is {type(value).__name__}: {value!r}"
+            raise TypeError(msg)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    arr = arr.astype(np.int64)
+    if non_negative:
+        negative = np.flatnonzero(arr < 0)
+        if negative.size:
+            i = int(negative[0])
+            msg = f"{name} must be non-negative, but {name}[{i}] is {int(arr[i])}"
+            raise ValueError(msg)
+    return arr
+
+
+def _check_epoch(epoch: Any) -> int:
+    if isinstance(epoch, (bool, np.bool_)) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+        msg = f"epoch must be a non-negative integer, got {epoch!r}"
+        raise ValueError(msg)
+    return int(epoch)
+
+
+def iter_ints(indices: np.ndarray) -> Iterator[int]:
+    """Yields the elements of an integer array as Python ints, a chunk at a time."""
+    for start in range(0, len(indices), _TOLIST_CHUNK):
+        yield from indices[start : start + _TOLIST_CHUNK].tolist()
+
+
+class EpochState:
+    """Mixin: the epoch counter, the resolved generator and ``state_dict``.
+
+    Subclasses call :meth:`_init_epoch_state` from ``__init__``. ``seeded=False`` is for
+    samplers without randomness (their state is the epoch alone).
+    """
+
+    _epoch: int
+    _base_seed: int | None
+    _torch_generator: Any
+
+    def _init_epoch_state(self, generator: Any, *, seeded: bool = True) -> None:
+        self._epoch = 0
+        self._base_seed = None
+        self._torch_generator = None
+        if not seeded:
+            return
+        if is_torch_generator(generator):
+            self._torch_generator = generator
+        else:
+            self._base_seed = resolve_base_seed(generator)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``iter()`` uses (it advances by one at every ``iter()``)."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epoch = _check_epoch(epoch)
+
+    @property
+    def base_seed(self) -> int | None:
+        """The base seed epochs derive from; ``None`` for a torch.Generator or no randomness."""
+        return self._base_seed
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch that the next ``iter()`` uses.
+
+        Args:
+            epoch: a non-negative int. With an int seed or numpy Generator, epoch
+                ``e``'s order depends only on the base seed and ``e``.
+        """
+        self._epoch = _check_epoch(epoch)
+
+    def _next_epoch(self) -> int:
+        epoch = self._epoch
+        self._epoch = epoch + 1
+        return epoch
+
+    def _rng(self, epoch: int) -> np.random.Generator:
+        """The numpy Generator of ``epoch`` (one seed drawn from a torch.Generator)."""
+        if self._torch_generator is not None:
+            return derive_rng(self._torch_generator)
+        if self._base_seed is None:
+            msg = f"{type(self).__name__} has no randomness, yet a random generator was requested"
+            raise AssertionError(msg)
+        return epoch_rng(self._base_seed, epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small dict from which :meth:`load_state_dict` restores the sampler.
+
+        Holds ``type`` (the class name), ``epoch`` (the next epoch), and either
+        ``seed`` (the base seed) or ``generator_state`` (the torch.Generator's
+        ``get_state()``); never a list of indices.
+        """
+        state: dict[str, Any] = {"type": type(self).__name__, "epoch": self._epoch}
+        if self._torch_generator is not None:
+            state["generator_state"] = self._torch_generator.get_state()
+        elif self._base_seed is not None:
+            state["seed"] = self._base_seed
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores the epoch and the randomness saved by :meth:`state_dict`.
+
+        Loading a ``seed`` replaces this sampler's base seed (so a sampler built with
+        ``generator=None`` replays the saved run); loading a ``generator_state`` sets
+        the state of the torch.Generator this sampler was built with.
+
+        Raises:
+            ValueError: the dict was saved by another kind of sampler, or by one built
+                with another kind of generator.
+        """
+        name = type(self).__name__
+        if not isinstance(state_dict, Mapping) or "epoch" not in state_dict:
+            msg = (
+                f"{name}.load_state_dict expects the dict returned by state_dict(), "
+                f"got {type(state_dict).__name__}: {state_dict!r}"
+            )
+            raise ValueError(msg)
+        saved_type = state_dict.get("type", name)
+        if saved_type != name:
+            msg = f"this state was saved by a {saved_type}; it cannot be loaded into a {name}"
+            raise ValueError(msg)
+        epoch = _check_epoch(state_dict["epoch"])
+        if self._torch_generator is not None:
+            if "generator_state" not in state_dict:
+                msg = (
+                    f"this {name} draws from a torch.Generator, but the state has no "
+                    "'generator_state' (it was saved by a sampler built with an int seed, "
+                    "a numpy Generator or None); build the sampler the same way it was saved"
+                )
+                raise ValueError(msg)
+            self._torch_generator.set_state(state_dict["generator_state"])
+        elif self._base_seed is not None:
+            if "seed" not in state_dict:
+                msg = (
+                    f"this {name} uses an int seed, but the state has no 'seed' (it was saved "
+                    "by a sampler built with a torch.Generator); build the sampler the same "
+                    "way it was saved"
+                )
+                raise ValueError(msg)
+            self._base_seed = resolve_base_seed(state_dict["seed"], argument="state_dict['seed']")
+        self._epoch = epoch
+
+
+class IndexSampler(EpochState, Sampler[int]):
+    """Base of stoker's samplers of single indices.
+
+    Subclasses implement ``_indices_for_epoch(epoch) -> np.ndarray`` (1-D int64);
+    ``__iter__`` and ``_epoch_indices`` are defined here in terms of it.
+    """
+
+    def _indices_for_epoch(self, epoch: int) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} must implement _indices_for_epoch")
+
+    def _epoch_indices(self) -> np.ndarray:
+        """The indices of the next epoch as a 1-D int64 array; advances the epoch.
+
+        This is what ``iter()`` yields, so the two must not both be called for the
+        same epoch.
+        """
+        indices = self._indices_for_epoch(self._next_epoch())
+        if indices.dtype != np.int64 or indices.ndim != 1:
+            msg = f"{type(self).__name__} produced {indices.dtype} indices of shape {indices.shape}"
+            raise AssertionError(msg)
+        return indices
+
+    def __iter__(self) -> Iterator[int]:
+        return iter_ints(self._epoch_indices())

@@ -1,0 +1,214 @@
+"""DataLoader with num_workers=0: arguments, length, batching modes, batched fetch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stoker import ArrayDataset, BatchSampler, DataLoader, IterableDataset, SequentialSampler
+
+
+class Squares:
+    """A plain map-style dataset: no base class, no __getitems__."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, float]:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return i, float(i * i)
+
+
+class CountingBatched(Squares):
+    """Records every __getitems__ call."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.calls: list[list[int]] = []
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[int, float]]:
+        self.calls.append(list(indices))
+        return [self[i] for i in indices]
+
+
+class Stream(IterableDataset):
+    def __init__(self, n: int, with_len: bool = True) -> None:
+        self.n = n
+        self.with_len = with_len
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self) -> int:
+        if not self.with_len:
+            raise TypeError("no len")
+        return self.n
+
+
+def test_batches_in_order_with_the_last_one_short() -> None:
+    batches = list(DataLoader(Squares(10), batch_size=4))
+    assert [b[0].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert batches[0][1].dtype == np.float64
+    assert batches[0][0].dtype == np.int64
+
+
+def test_drop_last_drops_the_short_batch_and_len_agrees() -> None:
+    loader = DataLoader(Squares(10), batch_size=4, drop_last=True)
+    assert len(loader) == 2
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert len(DataLoader(Squares(10), batch_size=4)) == 3
+
+
+def test_batched_fetch_goes_through_getitems() -> None:
+    ds = CountingBatched(7)
+    out = list(DataLoader(ds, batch_size=3))
+    assert ds.calls == [[0, 1, 2], [3, 4, 5], [6]]
+    assert out[2][1].tolist() == [36.0]
+
+
+def test_array_dataset_fetch_is_vectorised_and_correct() -> None:
+    x = np.arange(20, dtype=np.float32).reshape(10, 2)
+    y = np.arange(10) % 3
+    batches = list(DataLoader(ArrayDataset(x, y), batch_size=4, shuffle=True, generator=3))
+    xs = np.concatenate([b[0] for b in batches])
+    ys = np.concatenate([b[1] for b in batches])
+    order = xs[:, 0].astype(int) // 2
+    assert sorted(order.tolist()) == list(range(10))
+    assert (ys == y[order]).all()
+    assert xs.dtype == np.float32
+
+
+def test_unbatched_loading_yields_converted_samples() -> None:
+    loader = DataLoader(Squares(3), batch_size=None)
+    assert len(loader) == 3
+    assert list(loader) == [[0, 0.0], [1, 1.0], [2, 4.0]]  # tuples become lists, as in torch
+
+
+def test_custom_batch_sampler_decides_the_batches() -> None:
+    batch_sampler = [[3, 1], [0], [2, 2]]
+    out = [b[0].tolist() for b in DataLoader(Squares(4), batch_sampler=batch_sampler)]
+    assert out == [[3, 1], [0], [2, 2]]
+
+
+def test_shuffle_is_seeded_and_changes_across_epochs() -> None:
+    loader = DataLoader(Squares(50), batch_size=50, shuffle=True, generator=7)
+    first, second = (next(iter(loader))[0].tolist() for _ in range(2))
+    again = next(iter(DataLoader(Squares(50), batch_size=50, shuffle=True, generator=7)))[0].tolist()
+    assert sorted(first) == list(range(50))
+    assert first != list(range(50))
+    assert first != second
+    assert first == again
+
+
+def test_shuffle_without_generator_follows_numpy_global_seed() -> None:
+    np.random.seed(123)
+    a = next(iter(DataLoader(Squares(30), batch_size=30, shuffle=True)))[0].tolist()
+    np.random.seed(123)
+    b = next(iter(DataLoader(Squares(30), batch_size=30, shuffle=True)))[0].tolist()
+    assert a == b
+
+
+def test_iterable_dataset_is_batched_in_stream_order() -> None:
+    loader = DataLoader(Stream(10), batch_size=4)
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert len(loader) == 3
+    dropped = DataLoader(Stream(10), batch_size=4, drop_last=True)
+    assert [b.tolist() for b in dropped] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert len(dropped) == 2
+    assert list(DataLoader(Stream(3), batch_size=None)) == [0, 1, 2]
+
+
+def test_len_of_an_iterable_dataset_without_len_says_so() -> None:
+    with pytest.raises(TypeError, match="needs the IterableDataset to define __len__; Stream does not"):
+        len(DataLoader(Stream(3, with_len=False), batch_size=2))
+
+
+def test_a_torch_style_sampler_and_iterables_of_indices_are_accepted() -> None:
+    loader = DataLoader(Squares(6), sampler=[5, 4, 3], batch_size=2)
+    assert [b[0].tolist() for b in loader] == [[5, 4], [3]]
+    assert len(loader) == 2
+
+
+def test_each_iteration_starts_a_new_epoch_from_the_beginning() -> None:
+    loader = DataLoader(Squares(5), batch_size=2)
+    it = iter(loader)
+    next(it)
+    assert [b[0].tolist() for b in loader] == [[0, 1], [2, 3], [4]]
+    assert len(it) == 3
+
+
+def test_collate_fn_receives_the_list_of_samples() -> None:
+    seen = []
+
+    def collate(samples):
+        seen.append(samples)
+        return len(samples)
+
+    assert list(DataLoader(Squares(5), batch_size=2, collate_fn=collate)) == [2, 2, 1]
+    assert seen[0] == [(0, 0.0), (1, 1.0)]
+
+
+def test_stream_defining_attributes_are_frozen() -> None:
+    loader = DataLoader(Squares(5), batch_size=2)
+    with pytest.raises(ValueError, match="batch_size cannot be changed after the DataLoader is built"):
+        loader.batch_size = 3
+    loader.timeout = 5  # not part of the stream: allowed
+    assert loader.timeout == 5
+
+
+def test_pin_memory_without_torch_tensors_warns_once() -> None:
+    loader = DataLoader(Squares(4), batch_size=2, pin_memory=True)
+    with pytest.warns(UserWarning, match="pin_memory=True has no effect on stoker.DataLoader"):
+        list(loader)
+    list(loader)  # a second epoch does not warn again (warnings are errors here)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"num_workers": -1}, ValueError, r"num_workers must be an integer >= 0, got -1 \(use num_workers=0"),
+        ({"timeout": -2}, ValueError, r"timeout must be a non-negative number of seconds .* got -2"),
+        ({"prefetch_factor": 2}, ValueError, r"prefetch_factor=2 only applies to background workers\. Pass num_workers > 0"),
+        ({"num_workers": 1, "prefetch_factor": 0}, ValueError, "prefetch_factor must be a positive integer, got 0"),
+        ({"persistent_workers": True}, ValueError, "persistent_workers=True needs background workers"),
+        ({"shuffle": True, "sampler": [0, 1]}, ValueError, "sampler and shuffle=True are mutually exclusive"),
+        ({"batch_sampler": [[0]], "batch_size": 2}, ValueError, "batch_sampler is mutually exclusive with batch_size"),
+        ({"batch_sampler": [[0]], "drop_last": True}, ValueError, "batch_sampler is mutually exclusive"),
+        ({"batch_size": None, "drop_last": True}, ValueError, "batch_size=None disables batching, so drop_last=True"),
+        ({"batch_size": 0}, ValueError, r"batch_size must be a positive integer, got 0 \(or None"),
+        ({"batch_size": 2.5}, ValueError, "batch_size must be a positive integer, got 2.5"),
+        ({"worker_mode": "fiber"}, ValueError, r"worker_mode must be one of \('process', 'thread'\), got 'fiber'"),
+        ({"on_worker_death": "ignore"}, ValueError, "on_worker_death must be one of"),
+        ({"worker_init_fn": 3}, TypeError, "worker_init_fn must be callable"),
+        ({"collate_fn": "stack"}, TypeError, "collate_fn must be callable"),
+        ({"multiprocessing_context": "spawn"}, ValueError, r"multiprocessing_context='spawn' only applies to background workers"),
+        ({"num_workers": 1, "multiprocessing_context": "teleport"}, ValueError, "multiprocessing_context must be one of"),
+        ({"num_workers": 1, "multiprocessing_context": 5}, TypeError, "must be a start method name"),
+    ],
+)
+def test_bad_arguments_name_the_argument_and_the_fix(kwargs, error, message) -> None:
+    with pytest.raises(error, match=message):
+        DataLoader(Squares(4), **kwargs)
+
+
+@pytest.mark.parametrize("option", [{"shuffle": True}, {"sampler": [0]}, {"batch_sampler": [[0]]}])
+def test_iterable_dataset_rejects_order_options(option) -> None:
+    (name,) = option
+    with pytest.raises(ValueError, match=f"DataLoader over an IterableDataset takes no {name} option"):
+        DataLoader(Stream(3), **option)
+
+
+def test_non_datasets_are_rejected_with_the_type_name() -> None:
+    with pytest.raises(TypeError, match="dataset must be map-style .* got int"):
+        DataLoader(5)
+
+
+def test_batch_sampler_over_sequential_sampler_matches_default() -> None:
+    ds = Squares(9)
+    explicit = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, drop_last=False))
+    default = DataLoader(ds, batch_size=4)
+    assert [b[0].tolist() for b in explicit] == [b[0].tolist() for b in default]
