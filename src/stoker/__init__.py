@@ -23,7 +23,6 @@ from stoker._worker_info import WorkerInfo, get_worker_info
 from stoker.collate import (
     PadCollate,
     RaggedCollate,
-    collate,
     collate_into,
     default_collate,
     default_collate_fn_map,
@@ -85,7 +84,6 @@ __all__ = [
     "WeightedRandomSampler",
     "WorkerError",
     "WorkerInfo",
-    "collate",
     "collate_into",
     "default_collate",
     "default_collate_fn_map",

@@ -215,6 +215,12 @@ def _torch_alloc(shape: tuple[int, ...], dtype: Any) -> Any:
     return torch.from_numpy(out)
 
 
+def _same_type(batch: Sequence[Any], kind: type) -> bool:
+    """True when every element's type is exactly ``kind`` (one C-level pass)."""
+    types = set(map(type, batch))
+    return len(types) == 1 and kind in types
+
+
 def _is_number(x: object) -> bool:
     return isinstance(x, (bool, int, float, np.bool_, np.number))
 
@@ -247,6 +253,12 @@ def _collate_tensor(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
 
 def _collate_ndarray(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.ndarray:
     elem = batch[0]
+    if _same_type(batch, np.ndarray) and not _STR_OBJ_DTYPE.search(elem.dtype.str):
+        dtypes = {a.dtype for a in batch}
+        shapes = {a.shape for a in batch}
+        if len(dtypes) == 1 and len(shapes) == 1:  # the common case: validated in bulk
+            out = np.stack(batch, out=_alloc((len(batch), *elem.shape), elem.dtype))
+            return out if type(out) is np.ndarray else out.view(np.ndarray)
     for i, a in enumerate(batch):
         if not isinstance(a, (np.ndarray, np.generic)) and not _is_number(a):
             raise _mixed_types_error(batch, i, "a numpy array")
@@ -276,6 +288,11 @@ def _collate_numpy_scalar(batch: Sequence[Any], *, collate_fn_map: Any = None) -
 
 def _collate_int(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.ndarray:
     # bool is an int: a batch of bools becomes a bool array, as in torch.
+    if _same_type(batch, int):
+        try:
+            return _finish(np.array(batch, dtype=np.int64))
+        except OverflowError:
+            pass  # the general path below explains it
     for i, x in enumerate(batch):
         if not _is_number(x):
             raise _mixed_types_error(batch, i, "a number")
@@ -297,6 +314,8 @@ def _collate_int(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.ndar
 
 
 def _collate_float(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.ndarray:
+    if _same_type(batch, float):
+        return _finish(np.array(batch, dtype=np.float64))
     for i, x in enumerate(batch):
         if not _is_number(x):
             raise _mixed_types_error(batch, i, "a number")
@@ -341,7 +360,8 @@ def register_collate(type_: type | tuple[type, ...], fn: Callable[..., Any]) -> 
 
     Register at import time of a module the dataset's module imports: worker
     processes started with ``spawn`` re-import modules and do not see registrations
-    made later in ``__main__``.
+    made later in ``__main__``, and registering while another thread collates is not
+    safe (the map is reordered in place).
 
     Args:
         type_: a class, or a tuple of classes.
@@ -453,6 +473,11 @@ def collate(batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None)
 
 
 def _check_all(batch: Sequence[Any], cls: Any, expected: str) -> None:
+    types = set(map(type, batch))
+    if len(types) == 1:  # one isinstance check stands for the whole batch
+        (kind,) = types
+        if issubclass(kind, cls) and not issubclass(kind, (str, bytes)):
+            return
     for i, s in enumerate(batch):
         if not isinstance(s, cls) or isinstance(s, (str, bytes)):
             raise _mixed_types_error(batch, i, expected)
@@ -460,6 +485,8 @@ def _check_all(batch: Sequence[Any], cls: Any, expected: str) -> None:
 
 def _check_lengths(batch: Sequence[Any]) -> None:
     n = len(batch[0])
+    if len(set(map(len, batch))) == 1:
+        return
     for i, s in enumerate(batch):
         if len(s) != n:
             msg = (
@@ -1189,7 +1216,8 @@ class RaggedCollate:
     (which sample each row came from) is added: as an int64 array of shape
     ``(sum N_i,)`` under ``batch_index_key`` (the ultralytics ``batch_idx`` style),
     and/or as an extra first column of the 2-D fields named in ``prepend_batch_index``
-    (YOLOv5's ``targets`` layout; the index is cast to the field's dtype). Other fields go through :func:`default_collate`.
+    (YOLOv5's ``targets`` layout; the index is cast to the field's dtype). Other fields
+    go through :func:`default_collate`.
 
     Output: for dict samples a dict with the sample's keys, then ``batch_index_key``
     and ``counts_key``; for tuple samples (``fields`` are positions) a list followed by

@@ -275,6 +275,10 @@ class DataLoader(Generic[T]):
             self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
         return MultiWorkerIterator(self, self._pool, owns_pool=False, epoch=epoch, seed=seed)
 
+    def _deliver(self, batch: Any) -> Any:
+        """The last step before a batch reaches the user (stoker.torch converts to tensors)."""
+        return batch
+
     def _new_pool(self) -> WorkerPool:
         spec = WorkerSpec(
             dataset=self.dataset,
@@ -326,10 +330,11 @@ class DataLoader(Generic[T]):
 class _SingleProcessIterator:
     """Loads every batch in the calling thread (``num_workers=0``)."""
 
-    __slots__ = ("_fetcher", "_index_iter", "_loader", "_num_yielded")
+    __slots__ = ("_deliver", "_fetcher", "_index_iter", "_loader", "_num_yielded")
 
     def __init__(self, loader: DataLoader[Any]) -> None:
         self._loader = loader
+        self._deliver = loader._deliver
         self._num_yielded = 0
         _draw_torch_base_seed(loader.generator)
         self._fetcher: MapFetcher | IterableFetcher
@@ -351,7 +356,7 @@ class _SingleProcessIterator:
         else:
             batch = self._fetcher.fetch(next(self._index_iter))  # type: ignore[call-arg]
         self._num_yielded += 1
-        return batch
+        return self._deliver(batch)
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -63,6 +63,7 @@ class MultiWorkerIterator:
 
     def __init__(self, loader: Any, pool: WorkerPool, *, owns_pool: bool, epoch: int, seed: int) -> None:
         self._loader = loader
+        self._deliver = loader._deliver
         self._pool = pool
         self._owns_pool = owns_pool
         self._iterable = loader._iterable
@@ -83,6 +84,7 @@ class MultiWorkerIterator:
         self._first_task = self._next_yield = ledger.next_task
         self._ready: dict[int, Any] = {}
         self._active = [True] * pool.num_workers
+        self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
         self._rotation = 0
         self._sources_done = False
         self._finalizer = weakref.finalize(self, pool.shutdown) if owns_pool else None
@@ -111,7 +113,8 @@ class MultiWorkerIterator:
                 self._dispatch()
                 if isinstance(item, _Raise):
                     raise item.error
-                return item
+                return self._deliver(item)
+            self._dispatch()  # skipped entries left the reorder buffer: room in the budget
             if not self._mine_pending() and self._sources_done:
                 self.close()
                 raise StopIteration
@@ -154,7 +157,13 @@ class MultiWorkerIterator:
     # -- dispatch ----------------------------------------------------------------
     def _dispatch(self) -> None:
         ledger, pool = self._ledger, self._pool
+        budget = self._per_worker * pool.num_workers
         while not self._sources_done:
+            # torch's bound: at most prefetch_factor * num_workers batches dispatched and
+            # not yet handed to the consumer, counting those waiting in the reorder buffer
+            first = self._first_task
+            if sum(task_id >= first for task_id in ledger.pending) + len(self._ready) >= budget:
+                return
             worker_id = self._pick_worker()
             if worker_id is None:
                 return
@@ -168,7 +177,15 @@ class MultiWorkerIterator:
                 except StopIteration:
                     self._sources_done = True
                     return
-            slot = pool.slots.acquire() if pool.slots is not None else None
+            slot = None
+            if pool.slots is not None:
+                recent = self._recent_slots[worker_id]
+                slot = pool.slots.acquire(tuple(reversed(recent)))
+                if slot is not None:
+                    if slot.index in recent:
+                        recent.remove(slot.index)
+                    recent.append(slot.index)
+                    del recent[: -self._per_worker - 1]
             task_id = ledger.next_task
             ledger.next_task += 1
             ledger.pending[task_id] = _Pending(worker_id, indices, slot)
@@ -198,7 +215,7 @@ class MultiWorkerIterator:
             return
         if isinstance(message, Failed) and message.task_id == -1:
             error = _rebuild(message, "in worker_init_fn or while starting the worker", None)
-            self.close()
+            self._close_broken()
             raise error
         pending = self._ledger.pending.pop(message.task_id, None)
         if pending is None or pending.worker_id != worker_id:
@@ -283,7 +300,7 @@ class MultiWorkerIterator:
             if not self._restart and not self._iterable
             else ""
         )
-        self.close()
+        self._close_broken()
         msg = f"DataLoader {death.describe()} {where}. {hint}".rstrip()
         raise WorkerError(msg)
 
@@ -298,16 +315,26 @@ class MultiWorkerIterator:
         worker_id = pending.worker_id
         stack = self._pool.dump_stack(worker_id)
         pid = self._pool.pid(worker_id)
-        self.close()
+        self._close_broken()
         what = "the next batch" if self._iterable else f"the batch at indices {_summary(pending.indices)}"
+        who = f"pid {pid}" if pid is not None else "a thread of this process"
         msg = (
             f"DataLoader timed out after {self._timeout:g} s waiting for {what} from worker "
-            f"{worker_id} (pid {pid}). Raise timeout= if batches are legitimately slow; otherwise the "
+            f"{worker_id} ({who}). Raise timeout= if batches are legitimately slow; otherwise the "
             f"worker is stuck here:\n{stack}"
         )
         raise WorkerError(msg)
 
     # -- lifetime ----------------------------------------------------------------
+    def _close_broken(self) -> None:
+        """Stops this epoch and the pool, persistent or not: one of its workers is dead or stuck.
+
+        The loader then starts fresh workers for its next epoch instead of meeting the same
+        dead worker again.
+        """
+        self._pool.shutdown()
+        self.close()
+
     def close(self) -> None:
         """Stops this epoch. Non-persistent workers are shut down; safe to call twice."""
         if self._finalizer is not None:

@@ -21,7 +21,8 @@ runs at exit). It is idempotent, and its state only moves forward
 A worker process also leaves by itself when the trainer disappears: the kernel sends it
 SIGKILL (``PR_SET_PDEATHSIG`` on Linux) and its loop checks its parent every second.
 Segments left by a trainer killed with SIGKILL are unlinked by the next pool created
-(:func:`stoker.engine.shm.remove_orphaned_segments`). Workers ignore SIGINT: Ctrl-C
+(:func:`stoker.engine.shm.remove_orphaned_segments`), and its stack-dump files by the next
+process pool (:func:`_remove_orphaned_stack_files`). Workers ignore SIGINT: Ctrl-C
 reaches the trainer, whose shutdown stops them.
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import glob
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -54,6 +56,8 @@ __all__ = ["Death", "PoolState", "WorkerPool"]
 _JOIN_TIMEOUT_S = 2.0
 _TERMINATE_TIMEOUT_S = 1.0
 _STACK_DUMP_WAIT_S = 0.3
+_REAP_TIMEOUT_S = 1.0
+_STACK_FILE_PREFIX = "stoker-stack-"  # + trainer pid: see _remove_orphaned_stack_files
 
 
 class PoolState(enum.Enum):
@@ -137,6 +141,8 @@ class WorkerPool:
         self._stack_files: list[str | None] = [None] * num_workers
         self._payload: bytes | None = None
         self._unsent: list[int] = []
+        if mode == "process":
+            _remove_orphaned_stack_files()
         for worker_id in range(num_workers):
             self._start(worker_id)
         self._send_specs()
@@ -166,7 +172,7 @@ class WorkerPool:
 
     def _start_process(self, worker_id: int) -> None:
         context = self.context
-        fd, stack_file = tempfile.mkstemp(prefix=f"stoker-stack-{os.getpid()}-{worker_id}-")
+        fd, stack_file = tempfile.mkstemp(prefix=f"{_STACK_FILE_PREFIX}{os.getpid()}-{worker_id}-")
         os.close(fd)
         self._stack_files[worker_id] = stack_file
         task_reader, task_writer = context.Pipe(duplex=False)
@@ -249,7 +255,9 @@ class WorkerPool:
         for worker_id in dead:
             messages.extend(self._drain(worker_id))  # what it sent before dying still counts
             process = workers[worker_id].process
-            process.join(0)
+            # the sentinel fires as the dying process closes its files, a moment before the
+            # kernel has its exit status: join(0) could still read exitcode None
+            process.join(_REAP_TIMEOUT_S)
             deaths.append(Death(worker_id, process.pid, process.exitcode))
         return messages, deaths
 
@@ -354,6 +362,21 @@ class WorkerPool:
                     with contextlib.suppress(OSError):
                         os.unlink(path)
             self.state = PoolState.CLOSED
+
+
+def _remove_orphaned_stack_files() -> None:
+    """Removes the stack-dump files of trainers that died without cleaning up (SIGKILL)."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), _STACK_FILE_PREFIX + "*")):
+        pid_text = os.path.basename(path)[len(_STACK_FILE_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        except PermissionError:
+            pass  # alive, someone else's
 
 
 def _no_slots(index: int) -> object:

@@ -26,6 +26,7 @@ machine (:func:`remove_orphaned_segments`).
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import secrets
@@ -69,7 +70,9 @@ class SlotRef:
     size: int
 
 
+@functools.cache
 def shm_available() -> bool:
+    """True where POSIX shared memory lives in ``/dev/shm`` (Linux)."""
     return _posixshmem is not None and os.path.isdir(_SHM_DIR)
 
 
@@ -256,11 +259,21 @@ class SlotPool:
     def num_free(self) -> int:
         return len(self._free)
 
-    def acquire(self) -> SlotRef | None:
-        """A free slot for the next task, or ``None`` when every slot is in use."""
+    def acquire(self, prefer: tuple[int, ...] = ()) -> SlotRef | None:
+        """A free slot for the next task, or ``None`` when every slot is in use.
+
+        ``prefer`` lists slot indices to try first (the ones the receiving worker wrote
+        most recently: still in its caches). Otherwise the most recently freed slot.
+        """
         if not self._free:
             return None
-        slot = self._slots[self._free.pop()]
+        for index in prefer:
+            if index in self._free:
+                self._free.remove(index)
+                break
+        else:
+            index = self._free.pop()
+        slot = self._slots[index]
         if slot.wanted > slot.size:  # a batch overflowed it: replace with a bigger one
             slot.close()
             slot = self._slots[slot.index] = self._new_slot(slot.index, _round_up(slot.wanted, mmap.PAGESIZE))

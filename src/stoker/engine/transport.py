@@ -62,12 +62,13 @@ def encode(message: Any, allocator: SlotAllocator | None) -> bytes:
     return buffer.getvalue()
 
 
-def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[int]]:
-    """Unpickles a message; returns it and the pool slots whose views it holds.
+def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any]]:
+    """Unpickles a message; returns it and the shared memory whose views it holds.
 
     ``lease(slot_index)`` is called once per pool slot that the message references and
     returns the buffer the arrays view (see :meth:`SlotPool.lease`); one-off segments
-    are mapped and unlinked here.
+    are mapped and unlinked here. The returned set holds the pool slot indices (ints)
+    and the ``(name, size)`` of the one-off segments the message's arrays view.
     """
     leases: dict[Any, object] = {}
     unpickler = pickle.Unpickler(io.BytesIO(payload))
@@ -93,7 +94,7 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[int
 
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
     message = unpickler.load()
-    return message, {key for key in leases if isinstance(key, int)}
+    return message, set(leases)
 
 
 def array_bytes(obj: Any) -> tuple[int, int]:

@@ -150,6 +150,16 @@ def _set_parent_death_signal() -> None:
         pass
 
 
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def process_worker_main(
     worker_id: int,
     task_conn: Any,
@@ -161,7 +171,14 @@ def process_worker_main(
     """Entry point of a process worker (a ``multiprocessing.Process`` target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer handles Ctrl-C and stops us
     _set_parent_death_signal()
-    if os.getppid() != parent_pid:
+    # fork / spawn: our parent is the trainer. forkserver: it is the fork server, so the
+    # trainer's own pid is checked as well (the server outlives a killed trainer briefly).
+    first_ppid = os.getppid()
+
+    def trainer_gone() -> bool:
+        return os.getppid() != first_ppid or (first_ppid != parent_pid and not _pid_exists(parent_pid))
+
+    if trainer_gone():
         return
     if spec is None:
         spec = pickle.loads(task_conn.recv_bytes())
@@ -175,7 +192,7 @@ def process_worker_main(
 
     def receive() -> Any:
         while not task_conn.poll(_PARENT_POLL_S):
-            if os.getppid() != parent_pid:
+            if trainer_gone():
                 return None
         try:
             return task_conn.recv()
