@@ -85,6 +85,7 @@ class MultiWorkerIterator:
         self._ready: dict[int, Any] = {}
         self._active = [True] * pool.num_workers
         self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
+        self._in_flight = 0  # this epoch's tasks sent and not yet answered
         self._rotation = 0
         self._sources_done = False
         self._finalizer = weakref.finalize(self, pool.shutdown) if owns_pool else None
@@ -151,8 +152,7 @@ class MultiWorkerIterator:
         return _SKIP
 
     def _mine_pending(self) -> bool:
-        first = self._first_task
-        return any(task_id >= first for task_id in self._ledger.pending)
+        return self._in_flight > 0
 
     # -- dispatch ----------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -161,8 +161,7 @@ class MultiWorkerIterator:
         while not self._sources_done:
             # torch's bound: at most prefetch_factor * num_workers batches dispatched and
             # not yet handed to the consumer, counting those waiting in the reorder buffer
-            first = self._first_task
-            if sum(task_id >= first for task_id in ledger.pending) + len(self._ready) >= budget:
+            if self._in_flight + len(self._ready) >= budget:
                 return
             worker_id = self._pick_worker()
             if worker_id is None:
@@ -189,6 +188,7 @@ class MultiWorkerIterator:
             task_id = ledger.next_task
             ledger.next_task += 1
             ledger.pending[task_id] = _Pending(worker_id, indices, slot)
+            self._in_flight += 1
             ledger.load[worker_id] += 1
             pool.send(worker_id, Task(task_id, self._epoch, indices, slot))
 
@@ -225,6 +225,8 @@ class MultiWorkerIterator:
         if pending.slot is not None and pending.slot.index not in leased and slots is not None:
             slots.release(pending.slot.index)
         stale = message.task_id < self._first_task
+        if not stale:
+            self._in_flight -= 1
         if isinstance(message, Done):
             if stale:
                 return

@@ -1,0 +1,178 @@
+"""Leak checks for the engine tests: processes, threads, /dev/shm segments, stack files.
+
+Everything is read from ``/proc`` and the file system, so a check sees what really
+exists, not what the engine believes exists. ``conftest.py`` runs :func:`leftovers`
+after every engine test.
+"""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+SETTLE_S = 3.0  # how long leftovers may take to go away (thread workers finish their batch)
+_POLL_S = 0.02
+_MP_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    state: str
+    starttime: int
+
+
+def read_proc(pid: int) -> Proc | None:
+    """The process's /proc/<pid>/stat fields we need, or None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # the command name is in parentheses and may itself hold spaces or parentheses
+    fields = text[text.rindex(")") + 2 :].split()
+    return Proc(pid=pid, ppid=int(fields[1]), state=fields[0], starttime=int(fields[19]))
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def all_procs() -> dict[int, Proc]:
+    procs = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            proc = read_proc(int(name))
+            if proc is not None:
+                procs[proc.pid] = proc
+    return procs
+
+
+def descendants(root: int) -> list[Proc]:
+    """Every process below ``root`` (children, grandchildren, ...), zombies included."""
+    procs = all_procs()
+    children: dict[int, list[Proc]] = {}
+    for proc in procs.values():
+        children.setdefault(proc.ppid, []).append(proc)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
+
+
+def children_of(pid: int) -> list[Proc]:
+    return [p for p in all_procs().values() if p.ppid == pid]
+
+
+def is_gone(proc: Proc) -> bool:
+    """True when that process (same pid *and* start time) has exited (zombies count as exited)."""
+    now = read_proc(proc.pid)
+    return now is None or now.starttime != proc.starttime or now.state in ("Z", "X")
+
+
+def wait_gone(procs: list[Proc], limit_s: float = 10.0) -> list[Proc]:
+    """Waits until every process in ``procs`` has exited; returns those still alive."""
+    deadline = time.monotonic() + limit_s
+    alive = [p for p in procs if not is_gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        alive = [p for p in alive if not is_gone(p)]
+    return alive
+
+
+def _is_mp_helper(proc: Proc, root: int) -> bool:
+    """The forkserver and resource tracker multiprocessing keeps for the whole session."""
+    return proc.ppid == root and any(name in cmdline(proc.pid) for name in _MP_HELPERS)
+
+
+def worker_processes() -> list[Proc]:
+    """Live processes below this one, except multiprocessing's own helpers."""
+    me = os.getpid()
+    return [p for p in descendants(me) if p.state not in ("Z", "X") and not _is_mp_helper(p, me)]
+
+
+def shm_segments(pid: int) -> list[str]:
+    """Names of this process's stoker segments in /dev/shm."""
+    try:
+        names = os.listdir("/dev/shm")
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.startswith(f"stoker-{pid}-"))
+
+
+def stack_files(pid: int) -> list[str]:
+    return sorted(glob.glob(os.path.join(tempfile.gettempdir(), f"stoker-stack-{pid}-*")))
+
+
+def worker_threads() -> list[threading.Thread]:
+    return [
+        t for t in threading.enumerate() if t.name.startswith("stoker-worker-") and t.is_alive()
+    ]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What existed before a test; a leak is something new that is still there after it."""
+
+    processes: frozenset[tuple[int, int]]
+    threads: frozenset[int]
+    segments: frozenset[str]
+    stacks: frozenset[str]
+
+
+def baseline() -> Baseline:
+    me = os.getpid()
+    return Baseline(
+        processes=frozenset((p.pid, p.starttime) for p in descendants(me)),
+        threads=frozenset(id(t) for t in worker_threads()),
+        segments=frozenset(shm_segments(me)),
+        stacks=frozenset(stack_files(me)),
+    )
+
+
+def _current_leftovers(before: Baseline) -> list[str]:
+    me = os.getpid()
+    problems = []
+    for proc in descendants(me):
+        if (proc.pid, proc.starttime) in before.processes or _is_mp_helper(proc, me):
+            continue
+        kind = "zombie (never joined)" if proc.state == "Z" else f"state {proc.state}"
+        problems.append(
+            f"process {proc.pid} ({kind}, parent {proc.ppid}): {cmdline(proc.pid)[:120]!r}"
+        )
+    problems += [
+        f"thread {t.name} is alive" for t in worker_threads() if id(t) not in before.threads
+    ]
+    problems += [f"/dev/shm/{n} exists" for n in shm_segments(me) if n not in before.segments]
+    problems += [f"{p} exists" for p in stack_files(me) if p not in before.stacks]
+    return problems
+
+
+def leftovers(before: Baseline, settle_s: float = SETTLE_S) -> list[str]:
+    """What the test left behind, after giving it up to ``settle_s`` to go away."""
+    deadline = time.monotonic() + settle_s
+    problems = _current_leftovers(before)
+    while problems and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        problems = _current_leftovers(before)
+    # last, because it joins finished children: a zombie the engine forgot to join is
+    # reported above before this reaps it
+    problems += [
+        f"multiprocessing child {child.name} (pid {child.pid}) is alive"
+        for child in multiprocessing.active_children()
+        if child.name.startswith("stoker-worker-")
+        and child.pid not in {pid for pid, _ in before.processes}
+    ]
+    return problems
