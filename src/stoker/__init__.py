@@ -42,6 +42,7 @@ from stoker.datasets import (
     random_split,
 )
 from stoker.loader import DataLoader
+from stoker.randomness import sample_rng
 from stoker.samplers import (
     BatchSampler,
     BlockShuffleSampler,
@@ -93,4 +94,5 @@ __all__ = [
     "pad_collate",
     "random_split",
     "register_collate",
+    "sample_rng",
 ]

@@ -14,11 +14,10 @@ import math
 import multiprocessing
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-
+from stoker._progress import STATE_VERSION, Progress, epoch_owner, skip_batches
 from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
 from stoker.collate import default_collate, default_convert
 from stoker.datasets import is_iterable_dataset
@@ -214,6 +213,10 @@ class DataLoader(Generic[T]):
         self.copy_batches = copy_batches
         self.worker_threads = worker_threads
         self._epoch = 0
+        self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
+        self._seed = 0 if is_torch_generator(generator) else resolve_base_seed(generator)
+        self._progress: Progress | None = None
+        self._resume: dict[str, Any] | None = None
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self.collate_fn = collate_fn or (default_collate if self._auto_collation else default_convert)
@@ -262,18 +265,127 @@ class DataLoader(Generic[T]):
         if self.pin_memory and not self._pin_warned:
             self._pin_warned = True
             _warn_pin_memory()
+        progress, index_iter, first_position = self._start_epoch()
         if self.num_workers == 0:
-            return _SingleProcessIterator(self)
-        epoch = self._epoch
-        self._epoch += 1
-        seed = self._base_seed(epoch)
+            return _SingleProcessIterator(self, progress, index_iter, first_position)
         if not self.persistent_workers:
             pool = self._new_pool()
-            return MultiWorkerIterator(self, pool, owns_pool=True, epoch=epoch, seed=seed)
+            return MultiWorkerIterator(
+                self, pool, owns_pool=True, progress=progress, index_iter=index_iter, first_position=first_position
+            )
         if self._pool is None or self._pool.state is not PoolState.RUNNING:
             self._pool = self._new_pool()
             self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
-        return MultiWorkerIterator(self, self._pool, owns_pool=False, epoch=epoch, seed=seed)
+        return MultiWorkerIterator(
+            self, self._pool, owns_pool=False, progress=progress, index_iter=index_iter, first_position=first_position
+        )
+
+    # -- epochs, seeds and resumable state --------------------------------------------
+    def _start_epoch(self) -> tuple[Progress, Iterator[Any] | None, int]:
+        """Decides the epoch, tells the sampler, records the start state, skips resumed batches."""
+        owner = epoch_owner(self._index_sampler) if not self._iterable else None
+        resume, self._resume = self._resume, None
+        skip = 0
+        if resume is not None:
+            epoch, skip = resume["epoch"], resume["batches"]
+            self._seed = resume["seed"]
+            if resume.get("sampler") is not None:
+                self._index_sampler.load_state_dict(resume["sampler"])  # type: ignore[union-attr]
+            if resume.get("generator") is not None:
+                self.generator.set_state(resume["generator"])
+        else:
+            if owner is not None and self._left_epoch is not None and owner.epoch != self._left_epoch:
+                self._epoch = owner.epoch  # the user called set_epoch: follow it
+            epoch = self._epoch
+        self._epoch = epoch + 1
+        if owner is not None:
+            owner.set_epoch(epoch)
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch) and self.num_workers == 0:
+            set_epoch(epoch)
+        start: dict[str, Any] = {}
+        sampler_state = getattr(self._index_sampler, "state_dict", None)
+        if callable(sampler_state):
+            start["sampler"] = sampler_state()
+        if is_torch_generator(self.generator):
+            start["generator"] = self.generator.get_state()
+        progress = Progress(epoch=epoch, seed=self._base_seed(epoch), start=start, yielded=skip)
+        self._progress = progress
+        if self._iterable:
+            if skip:
+                msg = (
+                    "resuming an IterableDataset mid-epoch is not supported yet: the state has "
+                    f"{skip} batches handed out in epoch {epoch}. Save the state at an epoch boundary."
+                )
+                raise ValueError(msg)
+            return progress, None, 0
+        index_iter, first_position = skip_batches(self._index_sampler, skip, self._auto_collation)
+        if owner is not None:
+            self._left_epoch = owner.epoch
+        return progress, index_iter, first_position
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands, to resume exactly there with :meth:`load_state_dict`.
+
+        Valid at any point: mid-epoch (with or without workers), at an epoch boundary,
+        after the last batch. Small (no batch is stored); the number of workers may
+        differ when it is loaded. Custom samplers take part by implementing
+        ``state_dict`` / ``load_state_dict``.
+        """
+        if self._resume is not None:
+            return dict(self._resume)
+        progress = self._progress
+        finished = progress is not None and (progress.done or progress.yielded >= self._epoch_length())
+        if progress is None or finished:
+            state: dict[str, Any] = {"epoch": self._epoch, "batches": 0}
+            sampler_state = getattr(self._index_sampler, "state_dict", None)
+            state["sampler"] = sampler_state() if callable(sampler_state) else None
+            state["generator"] = self.generator.get_state() if is_torch_generator(self.generator) else None
+        else:
+            state = {"epoch": progress.epoch, "batches": progress.yielded}
+            state["sampler"] = progress.start.get("sampler")
+            state["generator"] = progress.start.get("generator")
+        state["seed"] = self._seed
+        state["version"] = STATE_VERSION
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes the next ``iter(loader)`` continue from ``state`` (see :meth:`state_dict`)."""
+        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+            got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            msg = (
+                f"load_state_dict expects a dict made by DataLoader.state_dict() (version "
+                f"{STATE_VERSION}), got {got!r}"
+            )
+            raise ValueError(msg)
+        for key in ("epoch", "batches", "seed"):
+            if key not in state:
+                raise ValueError(f"the loader state has no {key!r} entry; pass what state_dict() returned")
+        if state.get("sampler") is not None and not callable(getattr(self._index_sampler, "load_state_dict", None)):
+            msg = (
+                f"the state holds a sampler state but this loader's {type(self._index_sampler).__name__} "
+                "has no load_state_dict; build the loader with the same kind of sampler"
+            )
+            raise ValueError(msg)
+        self._resume = dict(state)
+        self._progress = None
+
+    def _epoch_length(self) -> float:
+        try:
+            return len(self)
+        except TypeError:
+            return float("inf")
+
+    def _base_seed(self, epoch: int) -> int:
+        """The epoch's seed: keys every random scope and each worker's own seed.
+
+        With a torch.Generator it is drawn from it as torch's loader does (one int64 per
+        epoch, before the sampler draws), so shuffled orders equal torch's.
+        """
+        drawn = _draw_torch_base_seed(self.generator)
+        if drawn is not None:
+            return drawn
+        return int(epoch_rng(self._seed, epoch).integers(0, 2**62))
 
     def _deliver(self, batch: Any) -> Any:
         """The last step before a batch reaches the user (stoker.torch converts to tensors)."""
@@ -293,16 +405,6 @@ class DataLoader(Generic[T]):
             segment_prefix=None,
         )
         return WorkerPool(spec, self.num_workers, self.worker_mode, self.multiprocessing_context)
-
-    def _base_seed(self, epoch: int) -> int:
-        """The seed workers derive theirs from this epoch (worker seed = base + worker id)."""
-        drawn = _draw_torch_base_seed(self.generator)
-        if drawn is not None:
-            return drawn
-        if self.generator is None:
-            return int(np.random.randint(0, 2**62, dtype=np.int64))
-        base = resolve_base_seed(self.generator) if not isinstance(self.generator, int) else self.generator
-        return int(epoch_rng(base, epoch).integers(0, 2**62))
 
     def close(self) -> None:
         """Stops persistent workers and frees their shared memory; safe to call twice.
@@ -330,32 +432,42 @@ class DataLoader(Generic[T]):
 class _SingleProcessIterator:
     """Loads every batch in the calling thread (``num_workers=0``)."""
 
-    __slots__ = ("_deliver", "_fetcher", "_index_iter", "_loader", "_num_yielded")
+    __slots__ = ("_batch_index", "_deliver", "_fetcher", "_index_iter", "_loader", "_position", "_progress")
 
-    def __init__(self, loader: DataLoader[Any]) -> None:
+    def __init__(
+        self, loader: DataLoader[Any], progress: Progress, index_iter: Iterator[Any] | None, first_position: int
+    ) -> None:
         self._loader = loader
         self._deliver = loader._deliver
-        self._num_yielded = 0
-        _draw_torch_base_seed(loader.generator)
+        self._progress = progress
+        self._index_iter = index_iter
+        self._batch_index = progress.yielded
+        self._position = first_position
         self._fetcher: MapFetcher | IterableFetcher
-        if loader._iterable:
-            self._index_iter = None
+        if index_iter is None:
             self._fetcher = IterableFetcher(
-                loader.dataset, loader.batch_size, loader.collate_fn, loader.drop_last
+                loader.dataset, loader.batch_size, loader.collate_fn, loader.drop_last, progress.seed
             )
         else:
-            self._index_iter = iter(loader._index_sampler)
             self._fetcher = MapFetcher(loader.dataset, loader._auto_collation, loader.collate_fn)
 
     def __iter__(self) -> _SingleProcessIterator:
         return self
 
     def __next__(self) -> Any:
-        if self._index_iter is None:
-            batch = self._fetcher.fetch()  # type: ignore[call-arg]
-        else:
-            batch = self._fetcher.fetch(next(self._index_iter))  # type: ignore[call-arg]
-        self._num_yielded += 1
+        progress = self._progress
+        try:
+            if self._index_iter is None:
+                batch = self._fetcher.fetch(self._batch_index)  # type: ignore[call-arg]
+            else:
+                index = next(self._index_iter)
+                batch = self._fetcher.fetch(index, progress.seed, self._batch_index, self._position)  # type: ignore[call-arg]
+                self._position += len(index) if self._fetcher.auto_collation else 1  # type: ignore[union-attr]
+        except StopIteration:
+            progress.done = True
+            raise
+        self._batch_index += 1
+        progress.yielded += 1
         return self._deliver(batch)
 
     def __len__(self) -> int:

@@ -193,7 +193,6 @@ class InfoSamples:
                 "num_workers": -1,
                 "seed": -1,
                 "own_dataset": False,
-                "np_seeded": False,
             }
         return {
             "index": i,
@@ -201,13 +200,6 @@ class InfoSamples:
             "num_workers": info.num_workers,
             "seed": info.seed,
             "own_dataset": info.dataset is self and type(info.dataset) is InfoSamples,
-            # the worker seeded numpy's global RNG from its seed (nothing here draws from it)
-            "np_seeded": bool(
-                np.array_equal(
-                    np.random.get_state()[1],
-                    np.random.RandomState(info.seed % 2**32).get_state()[1],
-                )
-            ),
         }
 
 

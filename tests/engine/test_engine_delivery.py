@@ -180,7 +180,6 @@ def test_get_worker_info_inside_workers_and_none_in_main() -> None:
     for batch in batches:
         assert batch["num_workers"].tolist() == [3, 3]
         assert batch["own_dataset"].all()
-        assert batch["np_seeded"].all()
         for worker, seed in zip(batch["id"].tolist(), batch["seed"].tolist(), strict=True):
             seeds.setdefault(worker, seed)
             assert seeds[worker] == seed

@@ -1,13 +1,18 @@
 """Fetchers: from an index batch (map-style) or a stream (iterable) to a collated batch.
 
 The same fetcher runs in the main process (``num_workers=0``) and inside each worker,
-so the two paths cannot drift apart.
+so the two paths cannot drift apart. A fetcher also opens the random scopes of
+:mod:`stoker.randomness`: global random draws while loading sample ``p`` of an epoch are
+seeded from ``(epoch seed, p)``, those in ``__getitems__`` and ``collate_fn`` from
+``(epoch seed, batch index)``, so augmentations do not depend on which worker runs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from stoker import randomness
 
 __all__ = ["IterableFetcher", "MapFetcher"]
 
@@ -28,24 +33,59 @@ class MapFetcher:
         getitems = getattr(dataset, "__getitems__", None)
         self._getitems = getitems if getitems else None
 
-    def fetch(self, index: Any) -> Any:
-        """Returns the collated batch for ``index`` (a list of indices when batching)."""
-        if not self.auto_collation:
-            return self._collate(self._dataset[index])
-        if self._getitems is not None:
-            return self._collate(self._getitems(index))
+    def fetch(self, index: Any, epoch_seed: int, batch_index: int, position: int) -> Any:
+        """Returns the collated batch for ``index`` (a list of indices when batching).
+
+        ``batch_index`` is the batch's place in the epoch and ``position`` the place of
+        its first sample: they key the random scopes.
+        """
         dataset = self._dataset
-        return self._collate([dataset[i] for i in index])
+        if not self.auto_collation:
+            scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+            try:
+                scope.position = position
+                sample = dataset[index]
+            finally:
+                randomness.end(previous)
+            return self._collate_in_scope(sample, epoch_seed, batch_index)
+        if self._getitems is not None:
+            scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
+            try:
+                scope.position = batch_index
+                samples = self._getitems(index)
+            finally:
+                randomness.end(previous)
+        else:
+            scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+            try:
+                samples = []
+                append = samples.append
+                for offset, i in enumerate(index):
+                    scope.position = position + offset
+                    append(dataset[i])
+            finally:
+                randomness.end(previous)
+        return self._collate_in_scope(samples, epoch_seed, batch_index)
+
+    def _collate_in_scope(self, samples: Any, epoch_seed: int, batch_index: int) -> Any:
+        scope, previous = randomness.begin(epoch_seed, randomness.COLLATE)
+        try:
+            scope.position = batch_index
+            return self._collate(samples)
+        finally:
+            randomness.end(previous)
 
 
 class IterableFetcher:
     """Pulls ``batch_size`` samples from an iterable dataset's stream and collates them.
 
     The last, short batch is kept unless ``drop_last``; an exhausted stream raises
-    ``StopIteration`` from :meth:`fetch`.
+    ``StopIteration`` from :meth:`fetch`. Random scopes are keyed by the stream's own
+    sample count (and the worker id via ``epoch_seed``): a stream's content depends on
+    the worker that reads it, so its augmentations may too.
     """
 
-    __slots__ = ("_collate", "_drop_last", "_ended", "_iterator", "batch_size")
+    __slots__ = ("_collate", "_drop_last", "_ended", "_epoch_seed", "_iterator", "_taken", "batch_size")
 
     def __init__(
         self,
@@ -53,27 +93,48 @@ class IterableFetcher:
         batch_size: int | None,
         collate_fn: Callable[[Any], Any],
         drop_last: bool,
+        epoch_seed: int = 0,
     ):
-        self._iterator: Iterator[Any] = iter(dataset)
+        self._epoch_seed = epoch_seed
+        self._taken = 0
+        scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+        try:
+            scope.position = -1
+            self._iterator: Iterator[Any] = iter(dataset)
+        finally:
+            randomness.end(previous)
         self._collate = collate_fn
         self._drop_last = drop_last
         self._ended = False
         self.batch_size = batch_size
 
-    def fetch(self) -> Any:
+    def fetch(self, batch_index: int = 0) -> Any:
         if self._ended:
             raise StopIteration
-        if self.batch_size is None:
-            return self._collate(next(self._iterator))
-        data: list[Any] = []
-        iterator = self._iterator
-        for _ in range(self.batch_size):
-            try:
-                data.append(next(iterator))
-            except StopIteration:
-                self._ended = True
-                break
-        if not data or (self._drop_last and len(data) < self.batch_size):
-            raise StopIteration
-        return self._collate(data)
-
+        scope, previous = randomness.begin(self._epoch_seed, randomness.SAMPLE)
+        try:
+            if self.batch_size is None:
+                scope.position = self._taken
+                self._taken += 1
+                data = next(self._iterator)
+            else:
+                data = []
+                iterator = self._iterator
+                for _ in range(self.batch_size):
+                    scope.position = self._taken
+                    self._taken += 1
+                    try:
+                        data.append(next(iterator))
+                    except StopIteration:
+                        self._ended = True
+                        break
+                if not data or (self._drop_last and len(data) < self.batch_size):
+                    raise StopIteration
+        finally:
+            randomness.end(previous)
+        scope, previous = randomness.begin(self._epoch_seed, randomness.COLLATE)
+        try:
+            scope.position = batch_index
+            return self._collate(data)
+        finally:
+            randomness.end(previous)

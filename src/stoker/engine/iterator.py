@@ -15,13 +15,14 @@ import pickle
 import time
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from stoker._errors import ShmError, WorkerError
+from stoker._progress import Progress
 from stoker.engine import shm, transport
 from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task
 from stoker.engine.pool import Death, PoolState, WorkerPool
@@ -39,6 +40,8 @@ class _Pending:
     worker_id: int
     indices: Any
     slot: shm.SlotRef | None
+    batch_index: int
+    position: int
     restarts: int = 0
 
 
@@ -61,7 +64,16 @@ class _Raise:
 class MultiWorkerIterator:
     """Iterates one epoch of batches produced by a :class:`WorkerPool`."""
 
-    def __init__(self, loader: Any, pool: WorkerPool, *, owns_pool: bool, epoch: int, seed: int) -> None:
+    def __init__(
+        self,
+        loader: Any,
+        pool: WorkerPool,
+        *,
+        owns_pool: bool,
+        progress: Progress,
+        index_iter: Iterator[Any] | None,
+        first_position: int,
+    ) -> None:
         self._loader = loader
         self._deliver = loader._deliver
         self._pool = pool
@@ -72,9 +84,13 @@ class MultiWorkerIterator:
         self._restart = loader.on_worker_death == "restart"
         self._copy = loader.copy_batches
         self._per_worker = loader.prefetch_factor
-        self._epoch = epoch
-        self._seed = seed
-        self._index_iter = None if self._iterable else iter(loader._index_sampler)
+        self._progress = progress
+        self._epoch = epoch = progress.epoch
+        self._seed = seed = progress.seed
+        self._index_iter = index_iter
+        self._batch_index = progress.yielded  # the next task's place in the epoch
+        self._position = first_position  # the next task's first sample's place in the epoch
+        self._auto_collation = loader._auto_collation
         ledger: Ledger | None = getattr(pool, "ledger", None)
         if ledger is None:
             ledger = pool.ledger = Ledger(load=[0] * pool.num_workers)  # type: ignore[attr-defined]
@@ -112,11 +128,13 @@ class MultiWorkerIterator:
             item = self._take_ready()
             if item is not _SKIP:
                 self._dispatch()
+                self._progress.yielded += 1
                 if isinstance(item, _Raise):
                     raise item.error
                 return self._deliver(item)
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
             if not self._mine_pending() and self._sources_done:
+                self._progress.done = True
                 self.close()
                 raise StopIteration
             wait = _POLL_S
@@ -187,10 +205,13 @@ class MultiWorkerIterator:
                     del recent[: -self._per_worker - 1]
             task_id = ledger.next_task
             ledger.next_task += 1
-            ledger.pending[task_id] = _Pending(worker_id, indices, slot)
+            ledger.pending[task_id] = _Pending(worker_id, indices, slot, self._batch_index, self._position)
             self._in_flight += 1
             ledger.load[worker_id] += 1
-            pool.send(worker_id, Task(task_id, self._epoch, indices, slot))
+            pool.send(worker_id, Task(task_id, self._epoch, indices, slot, self._batch_index, self._position))
+            self._batch_index += 1
+            if indices is not None:
+                self._position += len(indices) if self._auto_collation else 1
 
     def _pick_worker(self) -> int | None:
         load, cap = self._ledger.load, self._per_worker
@@ -288,7 +309,10 @@ class MultiWorkerIterator:
                 for task_id in held:
                     pending = ledger.pending[task_id]
                     pending.restarts += 1
-                    self._pool.send(death.worker_id, Task(task_id, self._epoch, pending.indices, pending.slot))
+                    task = Task(
+                        task_id, self._epoch, pending.indices, pending.slot, pending.batch_index, pending.position
+                    )
+                    self._pool.send(death.worker_id, task)
                 warnings.warn(
                     f"DataLoader {death.describe()} {where}; started a replacement and re-issued "
                     f"its {len(held)} batch(es), so the epoch still delivers every index once.",

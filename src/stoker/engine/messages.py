@@ -42,12 +42,18 @@ class StartEpoch:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """Load one batch: ``indices`` for map-style datasets, ``None`` for the next stream batch."""
+    """Load one batch: ``indices`` for map-style datasets, ``None`` for the next stream batch.
+
+    ``batch_index`` (the batch's place in the epoch) and ``position`` (its first sample's)
+    key the random scopes, so augmentations do not depend on the worker.
+    """
 
     task_id: int
     epoch: int
     indices: Any
     slot: SlotRef | None
+    batch_index: int
+    position: int
 
 
 @dataclass(frozen=True, slots=True)

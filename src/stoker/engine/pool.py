@@ -163,7 +163,7 @@ class WorkerPool:
 
         thread = threading.Thread(
             target=run_worker,
-            args=(worker_id, self.spec, tasks.get, send, None),
+            args=(worker_id, self.spec, tasks.get, send, None, False),
             name=f"stoker-worker-{worker_id}",
             daemon=True,
         )

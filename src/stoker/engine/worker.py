@@ -92,9 +92,14 @@ def run_worker(
     receive: Callable[[], Any],
     send: Callable[[Any, shm.SlotAllocator | None], None],
     attach: Callable[[shm.SlotRef], shm.SlotAllocator] | None,
+    seed_globals: bool = True,
 ) -> None:
-    """The loop itself. ``receive()`` returns the next message (``None`` to stop)."""
-    epoch, fetcher = -1, None
+    """The loop itself. ``receive()`` returns the next message (``None`` to stop).
+
+    ``seed_globals``: seed this process's global RNGs each epoch (process workers only:
+    a thread worker shares them with the trainer and must leave them alone).
+    """
+    epoch, epoch_seed, fetcher = -1, 0, None
     try:
         _set_worker_info(WorkerInfo(worker_id, spec.num_workers, 0, spec.dataset))
         if spec.worker_init_fn is not None:
@@ -108,10 +113,18 @@ def run_worker(
         if message is None:
             return
         if isinstance(message, StartEpoch):
-            epoch = message.epoch
+            epoch, epoch_seed = message.epoch, message.seed
             seed = message.seed + worker_id
             _set_worker_info(WorkerInfo(worker_id, spec.num_workers, seed, spec.dataset))
-            seed_worker(seed)
+            if seed_globals:
+                seed_worker(seed)
+            set_epoch = getattr(spec.dataset, "set_epoch", None)
+            if callable(set_epoch):
+                try:
+                    set_epoch(epoch)
+                except BaseException as exc:
+                    send(failure(-1, epoch, worker_id, exc), None)
+                    return
             fetcher = None
             continue
         task: Task = message
@@ -119,12 +132,17 @@ def run_worker(
         try:
             if fetcher is None:
                 fetcher = (
-                    IterableFetcher(spec.dataset, spec.batch_size, spec.collate_fn, spec.drop_last)
+                    IterableFetcher(
+                        spec.dataset, spec.batch_size, spec.collate_fn, spec.drop_last, epoch_seed + worker_id
+                    )
                     if spec.iterable
                     else MapFetcher(spec.dataset, spec.auto_collation, spec.collate_fn)
                 )
             with collate_into(allocator) if allocator is not None else contextlib.nullcontext():
-                batch = fetcher.fetch(task.indices) if not spec.iterable else fetcher.fetch()
+                if spec.iterable:
+                    batch = fetcher.fetch(task.batch_index)  # type: ignore[call-arg]
+                else:
+                    batch = fetcher.fetch(task.indices, epoch_seed, task.batch_index, task.position)  # type: ignore[call-arg]
         except StopIteration:
             send(Exhausted(task.task_id, epoch, worker_id), None)
             continue

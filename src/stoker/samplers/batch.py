@@ -63,11 +63,20 @@ class BatchSampler(Sampler[list[int]]):
             return self._iter_array(self.sampler._epoch_indices())  # type: ignore[union-attr]
         return self._iter_any(iter(self.sampler))
 
-    def _iter_array(self, indices: np.ndarray) -> Iterator[list[int]]:
+    def iter_from(self, first_batch: int) -> Iterator[list[int]]:
+        """This epoch's batches from batch ``first_batch`` on (a resumed epoch).
+
+        Over a stoker sampler the skipped batches are sliced away, not generated.
+        """
+        if _has_fast_path(self.sampler):
+            return self._iter_array(self.sampler._epoch_indices(), first_batch)  # type: ignore[union-attr]
+        return itertools.islice(self._iter_any(iter(self.sampler)), first_batch, None)
+
+    def _iter_array(self, indices: np.ndarray, first_batch: int = 0) -> Iterator[list[int]]:
         batch_size = self.batch_size
         n = len(indices)
         stop = n - n % batch_size if self.drop_last else n
-        for start in range(0, stop, batch_size):
+        for start in range(first_batch * batch_size, stop, batch_size):
             yield indices[start : start + batch_size].tolist()
 
     def _iter_any(self, sampler_iter: Iterator[Any]) -> Iterator[list[Any]]:

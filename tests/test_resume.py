@@ -1,0 +1,204 @@
+"""state_dict / load_state_dict: resuming gives exactly the uninterrupted run's batches."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from harness.save_load import run_test_save_load_state
+
+from stoker import (
+    ArrayDataset,
+
+    BucketBatchSampler,
+    DataLoader,
+    DistributedSampler,
+    RandomSampler,
+    WeightedRandomSampler,
+    sample_rng,
+)
+
+
+class Noisy:
+    """A map-style dataset whose samples carry random augmentations."""
+
+    def __len__(self) -> int:
+        return 23
+
+    def __getitem__(self, i: int) -> dict:
+        return {"i": i, "np": np.random.rand(), "py": random.random(), "rng": sample_rng().random()}
+
+
+def loader_factory(first: dict, resumed: dict | None = None, dataset=None, **common):
+    def make(resumed_run: bool):
+        kwargs = {**common, **(resumed if (resumed_run and resumed is not None) else first)}
+        return DataLoader(dataset if dataset is not None else Noisy(), **kwargs)
+
+    return lambda resumed: make(resumed)
+
+
+SHUFFLED = {"batch_size": 4, "shuffle": True, "generator": 17}
+EPOCH = 6  # batches per epoch of Noisy with batch_size 4
+
+
+@pytest.mark.parametrize("stop_at", [1, 3, EPOCH, EPOCH + 2, 2 * EPOCH - 1], ids=lambda k: f"after-{k}")
+def test_resume_single_process(stop_at) -> None:
+    run_test_save_load_state(loader_factory({}, **SHUFFLED), stop_at=stop_at)
+
+
+@pytest.mark.parametrize(
+    ("first", "resumed"),
+    [
+        ({"num_workers": 2}, {"num_workers": 0}),
+        ({"num_workers": 0}, {"num_workers": 3}),
+        ({"num_workers": 2, "persistent_workers": True}, {"num_workers": 1}),
+        ({"num_workers": 2, "worker_mode": "thread"}, {"num_workers": 2, "in_order": True}),
+        ({"num_workers": 3, "prefetch_factor": 3}, {"num_workers": 2, "worker_mode": "thread"}),
+    ],
+    ids=["2-to-0", "0-to-3", "persistent-2-to-1", "threads-to-processes", "3-to-threads"],
+)
+@pytest.mark.parametrize("stop_at", [2, EPOCH, EPOCH + 3])
+def test_resume_with_a_changed_number_of_workers(first, resumed, stop_at) -> None:
+    run_test_save_load_state(loader_factory(first, resumed, **SHUFFLED), stop_at=stop_at)
+
+
+def test_resume_after_the_last_batch_starts_the_next_epoch() -> None:
+    state = run_test_save_load_state(loader_factory({}, **SHUFFLED), stop_at=EPOCH, epochs=3)
+    assert (state["epoch"], state["batches"]) == (1, 0)
+
+
+def test_the_state_is_small_and_holds_no_batches() -> None:
+    loader = DataLoader(Noisy(), batch_size=4, shuffle=True, generator=5, num_workers=2)
+    it = iter(loader)
+    next(it)
+    next(it)
+    state = loader.state_dict()
+    assert state["epoch"] == 0
+    assert state["batches"] == 2
+    assert len(repr(state)) < 400, state
+    del it
+
+
+def test_seedless_loader_resumes_in_a_fresh_process_state() -> None:
+    """generator=None: the seed drawn at construction is part of the state."""
+
+    def make(resumed: bool):
+        np.random.seed(1 if not resumed else 999)  # the new "process" has another global state
+        return DataLoader(Noisy(), batch_size=5, shuffle=True)
+
+    np.random.seed(1)
+    run_test_save_load_state(make, stop_at=3)
+
+
+@pytest.mark.parametrize(
+    "make_sampler",
+    [
+        lambda ds: RandomSampler(ds, replacement=True, num_samples=30, generator=4),
+        lambda ds: WeightedRandomSampler(np.linspace(0.1, 1, len(ds)), 25, generator=4),
+        lambda ds: DistributedSampler(ds, num_replicas=2, rank=1, seed=4),
+    ],
+    ids=["random-replacement", "weighted", "distributed"],
+)
+def test_resume_with_stoker_samplers(make_sampler) -> None:
+    ds = Noisy()
+
+    def make(resumed: bool):
+        return DataLoader(ds, batch_size=3, sampler=make_sampler(ds), generator=6, num_workers=2 if resumed else 0)
+
+    run_test_save_load_state(make, stop_at=4, epochs=3)
+
+
+def test_resume_with_a_bucketing_batch_sampler() -> None:
+    lengths = [(i * 7) % 11 + 1 for i in range(40)]
+    ds = ArrayDataset(np.arange(40), np.asarray(lengths))
+
+    def make(resumed: bool):
+        sampler = BucketBatchSampler(lengths, 4, bucket_size_multiplier=3, generator=8)
+        return DataLoader(ds, batch_sampler=sampler, num_workers=2 if resumed else 0, generator=1)
+
+    run_test_save_load_state(make, stop_at=13, epochs=2)
+
+
+def test_resume_with_a_torch_generator() -> None:
+    torch = pytest.importorskip("torch", reason="resumes a loader seeded by a torch.Generator")
+
+    def make(resumed: bool):
+        return DataLoader(
+            Noisy(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3),
+            num_workers=2 if resumed else 0,
+        )
+
+    run_test_save_load_state(make, stop_at=EPOCH + 1, epochs=3)
+
+
+def test_resume_with_a_custom_stateless_sampler_replays_its_order() -> None:
+    class EveryOther:
+        def __iter__(self):
+            return iter(range(0, 23, 2))
+
+        def __len__(self) -> int:
+            return 12
+
+    make = loader_factory({}, dataset=Noisy(), batch_size=5, sampler=EveryOther(), generator=2)
+    run_test_save_load_state(make, stop_at=1)
+
+
+def test_the_loader_owns_the_epoch_and_tells_distributed_sampler() -> None:
+    ds = Noisy()
+    sampler = DistributedSampler(ds, num_replicas=2, rank=0, seed=3)
+    loader = DataLoader(ds, batch_size=100, sampler=sampler)
+    orders = [next(iter(loader))["i"].tolist() for _ in range(3)]
+    assert orders[0] != orders[1] != orders[2]  # set_epoch was done for us
+    assert sampler.epoch == 3
+    sampler.set_epoch(1)  # a user's own call is followed
+    assert next(iter(loader))["i"].tolist() == orders[1]
+
+
+def test_a_torch_distributed_sampler_gets_set_epoch() -> None:
+    torch = pytest.importorskip("torch", reason="uses torch's own DistributedSampler")
+    ds = Noisy()
+    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=0, seed=3)
+    loader = DataLoader(ds, batch_size=100, sampler=sampler)
+    first = next(iter(loader))["i"].tolist()
+    second = next(iter(loader))["i"].tolist()
+    assert sampler.epoch == 1
+    assert first != second
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"epoch": 0}, r"expects a dict made by DataLoader.state_dict\(\) \(version 1\), got None"),
+        ("state", r"expects a dict made by DataLoader.state_dict\(\) \(version 1\), got 'str'"),
+        ({"version": 1, "epoch": 0, "seed": 1}, "the loader state has no 'batches' entry"),
+    ],
+)
+def test_bad_states_are_rejected_with_what_to_pass(state, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        DataLoader(Noisy()).load_state_dict(state)
+
+
+def test_a_sampler_state_needs_a_sampler_that_can_load_it() -> None:
+    state = DataLoader(Noisy(), batch_size=2, shuffle=True, generator=1).state_dict()
+    loader = DataLoader(Noisy(), batch_sampler=[[0, 1], [2]])
+    with pytest.raises(ValueError, match="holds a sampler state but this loader's list has no load_state_dict"):
+        loader.load_state_dict(state)
+
+
+def test_iterable_datasets_resume_at_epoch_boundaries_and_say_so_mid_epoch() -> None:
+    from stoker import IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    loader = DataLoader(Stream(), batch_size=3)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    fresh = DataLoader(Stream(), batch_size=3)
+    fresh.load_state_dict(state)
+    with pytest.raises(ValueError, match="resuming an IterableDataset mid-epoch is not supported yet"):
+        iter(fresh)
+
