@@ -272,3 +272,26 @@ class Growing(Samples):
             worker,
             np.full(self.width * (i // self.batch_size + 1), i, np.float64),
         )
+
+
+def _torch_iterable_base() -> type:
+    try:
+        import torch.utils.data
+    except ImportError:
+        return IterableDataset
+    return torch.utils.data.IterableDataset
+
+
+class TorchShardedStream(_torch_iterable_base()):  # type: ignore[misc]
+    """A torch IterableDataset that shards itself with torch.utils.data.get_worker_info()."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        import torch.utils.data
+
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        return iter(range(info.id, self.n, info.num_workers))

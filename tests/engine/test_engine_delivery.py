@@ -14,6 +14,7 @@ from engine_datasets import (
     ReplicaStream,
     Samples,
     ShardedStream,
+    TorchShardedStream,
     shard_bounds,
 )
 
@@ -114,8 +115,26 @@ def test_drop_last_drops_only_the_short_batch(mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_iterable_dataset_runs_one_replica_per_worker(mode: str) -> None:
     loader = DataLoader(ReplicaStream(10), batch_size=4, num_workers=3, worker_mode=mode)
-    values = [int(v) for batch in loader for v in batch]
+    with pytest.warns(UserWarning) as caught:
+        values = [int(v) for batch in loader for v in batch]
     assert sorted(values) == sorted(list(range(10)) * 3)  # no sharding: every worker repeats it
+    # the duplicated-data trap is named, once per loader
+    assert len(caught) == 1
+    assert str(caught[0].message) == (
+        "ReplicaStream is an IterableDataset running in 3 workers, but it never called "
+        "get_worker_info(): every worker iterates all of it, so each sample is loaded 3 times. "
+        "Shard the stream inside __iter__ by worker (stoker.sharding does files, then records, "
+        "by rank and worker), or use num_workers=1."
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_torch_datasets_that_shard_with_torchs_get_worker_info_are_not_duplicated(mode: str) -> None:
+    torch = pytest.importorskip("torch", reason="a torch IterableDataset asking torch for its worker")
+    loader = DataLoader(TorchShardedStream(20), batch_size=3, num_workers=2, worker_mode=mode)
+    values = sorted(int(v) for batch in loader for v in batch)
+    assert values == list(range(20))
+    assert torch.utils.data.get_worker_info() is None  # back to torch's answer in the trainer
 
 
 @pytest.mark.parametrize("in_order", [True, False], ids=["in_order", "as_ready"])

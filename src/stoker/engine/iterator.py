@@ -252,6 +252,8 @@ class MultiWorkerIterator:
             if stale:
                 return
             batch = message.batch
+            if not message.shards:
+                self._warn_unsharded()
             if pending.slot is not None and message.overflow and slots is not None:
                 slots.want(pending.slot.index, int((message.nbytes + message.overflow) * _SLOT_HEADROOM))
             elif pending.slot is None and self._pool.mode == "process":
@@ -269,6 +271,20 @@ class MultiWorkerIterator:
                 self._ready[message.task_id] = _Raise(_rebuild(message, where, self._pool.pid(worker_id)))
         else:
             raise AssertionError(f"unexpected message from worker {worker_id}: {message!r}")
+
+    def _warn_unsharded(self) -> None:
+        pool = self._pool
+        if pool.num_workers < 2 or getattr(pool, "warned_unsharded", False):
+            return
+        pool.warned_unsharded = True  # type: ignore[attr-defined]
+        name = type(self._loader.dataset).__name__
+        msg = (
+            f"{name} is an IterableDataset running in {pool.num_workers} workers, but it never "
+            "called get_worker_info(): every worker iterates all of it, so each sample is loaded "
+            f"{pool.num_workers} times. Shard the stream inside __iter__ by worker (stoker.sharding "
+            "does files, then records, by rank and worker), or use num_workers=1."
+        )
+        warnings.warn(msg, UserWarning, stacklevel=4)
 
     def _maybe_create_slots(self, batch: Any) -> None:
         pool, ledger = self._pool, self._ledger

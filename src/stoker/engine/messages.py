@@ -72,6 +72,7 @@ class Done:
     batch: Any
     nbytes: int
     overflow: int
+    shards: bool = True  # False: an iterable dataset never asked get_worker_info()
 
 
 @dataclass(frozen=True, slots=True)

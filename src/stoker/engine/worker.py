@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._worker_info import WorkerInfo, _set_worker_info
+from stoker._worker_info import WorkerInfo, _consulted, _set_worker_info
 from stoker.collate import collate_into
 from stoker.engine import shm, transport
 from stoker.engine.fetch import IterableFetcher, MapFetcher
@@ -96,12 +96,12 @@ def run_worker(
 ) -> None:
     """The loop itself. ``receive()`` returns the next message (``None`` to stop).
 
-    ``seed_globals``: seed this process's global RNGs each epoch (process workers only:
-    a thread worker shares them with the trainer and must leave them alone).
+    ``seed_globals``: the worker owns its process, so it may seed the global RNGs and set
+    process-wide state (process workers; a thread worker shares both with the trainer).
     """
     epoch, epoch_seed, fetcher = -1, 0, None
     try:
-        _set_worker_info(WorkerInfo(worker_id, spec.num_workers, 0, spec.dataset))
+        _set_worker_info(WorkerInfo(worker_id, spec.num_workers, 0, spec.dataset), owns_process=seed_globals)
         if spec.worker_init_fn is not None:
             spec.worker_init_fn(worker_id)
     except BaseException as exc:
@@ -115,7 +115,7 @@ def run_worker(
         if isinstance(message, StartEpoch):
             epoch, epoch_seed = message.epoch, message.seed
             seed = message.seed + worker_id
-            _set_worker_info(WorkerInfo(worker_id, spec.num_workers, seed, spec.dataset))
+            _set_worker_info(WorkerInfo(worker_id, spec.num_workers, seed, spec.dataset), owns_process=seed_globals)
             if seed_globals:
                 seed_worker(seed)
             set_epoch = getattr(spec.dataset, "set_epoch", None)
@@ -149,10 +149,11 @@ def run_worker(
         except BaseException as exc:
             send(failure(task.task_id, epoch, worker_id, exc), None)
             continue
+        shards = not spec.iterable or _consulted()
         if allocator is None:
-            send(Done(task.task_id, epoch, worker_id, batch, 0, 0), None)
+            send(Done(task.task_id, epoch, worker_id, batch, 0, 0, shards), None)
         else:
-            send(Done(task.task_id, epoch, worker_id, batch, allocator.used, allocator.overflow), allocator)
+            send(Done(task.task_id, epoch, worker_id, batch, allocator.used, allocator.overflow, shards), allocator)
 
 
 def _set_parent_death_signal() -> None:
