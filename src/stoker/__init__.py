@@ -43,6 +43,7 @@ from stoker.datasets import (
 )
 from stoker.loader import DataLoader
 from stoker.randomness import sample_rng
+from stoker.seeding_utils import seed_everything
 from stoker.samplers import (
     BatchSampler,
     BlockShuffleSampler,
@@ -95,4 +96,5 @@ __all__ = [
     "random_split",
     "register_collate",
     "sample_rng",
+    "seed_everything",
 ]

@@ -21,7 +21,8 @@ from stoker._progress import STATE_VERSION, Progress, epoch_owner, skip_batches
 from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
 from stoker.collate import default_collate, default_convert
 from stoker.datasets import is_iterable_dataset
-from stoker.engine.fetch import IterableFetcher, MapFetcher
+from stoker.bad_samples import BadSampleBudget, ErrorReport
+from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.iterator import MultiWorkerIterator
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.pool import PoolState, WorkerPool
@@ -33,6 +34,7 @@ T = TypeVar("T")
 
 _WORKER_MODES = ("process", "thread")
 _ON_WORKER_DEATH = ("raise", "restart")
+_ON_ERROR = ("raise", "skip")
 # Attributes that define the batch stream; changing them after construction would
 # silently desynchronise the loader from its samplers, so torch forbids it and so do we.
 _FROZEN_AFTER_INIT = frozenset(
@@ -72,6 +74,13 @@ class DataLoader(Generic[T]):
         copy_batches: copy each batch out of shared memory before returning it. By
             default batches are zero-copy views of a shared-memory slot that is reused
             once nothing references the batch any more; copying frees the slot at once.
+        on_error: ``"raise"`` (default) stops at a sample whose fetch raises;
+            ``"skip"`` leaves it out of its batch, logs it and records it in
+            :meth:`error_report` (see :mod:`stoker.bad_samples`).
+        max_errors: with ``on_error="skip"``, how many bad samples to tolerate: an
+            int, a fraction of the samples attempted (default ``0.01``: one in a
+            hundred), or ``None`` for no limit. Past it the loader raises
+            :class:`~stoker.bad_samples.TooManyBadSamples` with a summary.
         worker_threads: cap on BLAS / OpenMP / torch threads inside each process
             worker (default 1, so N workers do not oversubscribe the cores); ``None``
             leaves the libraries' defaults.
@@ -108,6 +117,8 @@ class DataLoader(Generic[T]):
         on_worker_death: str = "raise",
         copy_batches: bool = False,
         worker_threads: int | None = 1,
+        on_error: str = "raise",
+        max_errors: int | float | None = 0.01,
     ) -> None:
         _check_int("num_workers", num_workers, minimum=0, hint="use num_workers=0 to load in the main process")
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
@@ -139,6 +150,10 @@ class DataLoader(Generic[T]):
             msg = f"collate_fn must be callable (it receives a list of samples), got {collate_fn!r}"
             raise TypeError(msg)
         multiprocessing_context = _check_context(multiprocessing_context, num_workers)
+        if on_error not in _ON_ERROR:
+            msg = f"on_error must be one of {_ON_ERROR}, got {on_error!r}"
+            raise ValueError(msg)
+        budget = BadSampleBudget(max_errors) if on_error == "skip" else None
         if worker_threads is not None:
             _check_int("worker_threads", worker_threads, minimum=1, hint="or None to leave thread pools alone")
 
@@ -212,6 +227,9 @@ class DataLoader(Generic[T]):
         self.on_worker_death = on_worker_death
         self.copy_batches = copy_batches
         self.worker_threads = worker_threads
+        self.on_error = on_error
+        self.max_errors = max_errors
+        self._bad_samples = budget
         self._epoch = 0
         self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
         self._seed = 0 if is_torch_generator(generator) else resolve_base_seed(generator)
@@ -370,6 +388,16 @@ class DataLoader(Generic[T]):
         self._resume = dict(state)
         self._progress = None
 
+    def error_report(self) -> ErrorReport:
+        """Every sample skipped so far under ``on_error="skip"`` (empty otherwise).
+
+        Prints as a summary; iterate it for :class:`~stoker.bad_samples.SkippedSample`
+        records (index, source file, exception type and message, traceback tail).
+        """
+        if self._bad_samples is None:
+            return ErrorReport([], 0)
+        return self._bad_samples.report()
+
     def _epoch_length(self) -> float:
         try:
             return len(self)
@@ -402,6 +430,7 @@ class DataLoader(Generic[T]):
             worker_init_fn=self.worker_init_fn,
             num_workers=self.num_workers,
             threads=self.worker_threads,
+            skip_errors=self._bad_samples is not None,
             segment_prefix=None,
         )
         return WorkerPool(spec, self.num_workers, self.worker_mode, self.multiprocessing_context)
@@ -429,6 +458,9 @@ class DataLoader(Generic[T]):
         )
 
 
+_SKIPPED = object()
+
+
 class _SingleProcessIterator:
     """Loads every batch in the calling thread (``num_workers=0``)."""
 
@@ -449,26 +481,42 @@ class _SingleProcessIterator:
                 loader.dataset, loader.batch_size, loader.collate_fn, loader.drop_last, progress.seed
             )
         else:
-            self._fetcher = MapFetcher(loader.dataset, loader._auto_collation, loader.collate_fn)
+            self._fetcher = MapFetcher(
+                loader.dataset, loader._auto_collation, loader.collate_fn, loader._bad_samples is not None
+            )
 
     def __iter__(self) -> _SingleProcessIterator:
         return self
 
     def __next__(self) -> Any:
         progress = self._progress
+        while True:
+            try:
+                if self._index_iter is None:
+                    batch = self._fetcher.fetch(self._batch_index)  # type: ignore[call-arg]
+                else:
+                    batch = self._fetch_map(progress)
+            except StopIteration:
+                progress.done = True
+                raise
+            except AllSkipped:
+                batch = _SKIPPED
+            self._batch_index += 1
+            progress.yielded += 1
+            if batch is not _SKIPPED:
+                return self._deliver(batch)
+
+    def _fetch_map(self, progress: Progress) -> Any:
+        fetcher: MapFetcher = self._fetcher  # type: ignore[assignment]
+        index = next(self._index_iter)  # type: ignore[arg-type]
+        attempted = len(index) if fetcher.auto_collation else 1
+        self._position += attempted
+        budget = self._loader._bad_samples
         try:
-            if self._index_iter is None:
-                batch = self._fetcher.fetch(self._batch_index)  # type: ignore[call-arg]
-            else:
-                index = next(self._index_iter)
-                batch = self._fetcher.fetch(index, progress.seed, self._batch_index, self._position)  # type: ignore[call-arg]
-                self._position += len(index) if self._fetcher.auto_collation else 1  # type: ignore[union-attr]
-        except StopIteration:
-            progress.done = True
-            raise
-        self._batch_index += 1
-        progress.yielded += 1
-        return self._deliver(batch)
+            return fetcher.fetch(index, progress.seed, self._batch_index, self._position - attempted)
+        finally:
+            if budget is not None:
+                budget.record(attempted, fetcher.take_skipped())
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -151,7 +151,10 @@ def current_shard(
         msg = f"rank must be in [0, {world_size - 1}] with world_size={world_size}, got rank={rank}"
         raise ValueError(msg)
     if worker_id >= num_workers:
-        msg = f"worker_id must be in [0, {num_workers - 1}] with num_workers={num_workers}, got {worker_id}"
+        msg = (
+            f"worker_id must be in [0, {num_workers - 1}] with num_workers={num_workers}, "
+            f"got {worker_id}"
+        )
         raise ValueError(msg)
     return rank * num_workers + worker_id, world_size * num_workers
 
@@ -180,7 +183,9 @@ def shard_for_worker(
         Shard(index=1, count=4, items=[1, 5], record_stride=1, record_offset=0)
     """
     items = list(items)
-    index, count = current_shard(rank=rank, world_size=world_size, worker_id=worker_id, num_workers=num_workers)
+    index, count = current_shard(
+        rank=rank, world_size=world_size, worker_id=worker_id, num_workers=num_workers
+    )
     n = len(items)
     if n >= count:
         return Shard(index, count, items[index::count], 1, 0)
@@ -213,7 +218,9 @@ def shard_records(
         >>> list(shard_records(sorted(files), files.__getitem__, rank=0, world_size=3))
         [1, 3]
     """
-    shard = shard_for_worker(items, rank=rank, world_size=world_size, worker_id=worker_id, num_workers=num_workers)
+    shard = shard_for_worker(
+        items, rank=rank, world_size=world_size, worker_id=worker_id, num_workers=num_workers
+    )
     for item in shard.items:
         records = open_fn(item)
         try:
@@ -252,7 +259,10 @@ class ShardedIterable(IterableDataset[R]):
         world_size: int | None = None,
     ) -> None:
         if not callable(open_fn):
-            msg = f"open_fn must be callable (it receives one item and returns its records), got {open_fn!r}"
+            msg = (
+                "open_fn must be callable (it receives one item and returns its records), "
+                f"got {open_fn!r}"
+            )
             raise TypeError(msg)
         self.items = list(items)
         self.open_fn = open_fn
@@ -263,4 +273,5 @@ class ShardedIterable(IterableDataset[R]):
         return shard_records(self.items, self.open_fn, rank=self.rank, world_size=self.world_size)
 
     def __repr__(self) -> str:
-        return f"ShardedIterable({len(self.items)} items, open_fn={getattr(self.open_fn, '__name__', self.open_fn)!r})"
+        name = getattr(self.open_fn, "__name__", self.open_fn)
+        return f"ShardedIterable({len(self.items)} items, open_fn={name!r})"

@@ -10,14 +10,18 @@ loader yields (see :class:`DataLoader` for the few documented differences), from
 stoker's engine: workers write batches into shared memory and every numpy array
 becomes a tensor over that memory with ``torch.from_numpy`` (no copy).
 
-Randomness follows torch's: with ``generator=None`` every seed the loader needs is
-drawn from torch's global generator, so ``torch.manual_seed(0)`` at the top of the
+Randomness follows torch's: with ``generator=None`` the loader's base seed, from which
+every epoch's shuffle, worker seeds and augmentation seeds derive, is drawn from torch's
+global generator when the loader is built, so ``torch.manual_seed(0)`` at the top of the
 script makes the run reproducible, as it does with torch.
+
+``pin_memory=True`` pins in one background thread; see :class:`DataLoader`.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import copy
 import queue
 import threading
@@ -75,10 +79,10 @@ def _rebuild(data: Any, convert: Callable[[Any], Any]) -> Any:
         return type(data)(convert(v) for v in data)
     try:
         if isinstance(data, collections.abc.MutableSequence):
-            clone = copy.copy(data)
+            items = copy.copy(data)
             for i, v in enumerate(data):
-                clone[i] = convert(v)
-            return clone
+                items[i] = convert(v)
+            return items
         return type(data)([convert(v) for v in data])  # type: ignore[call-arg]
     except TypeError:
         return [convert(v) for v in data]
@@ -218,17 +222,20 @@ def _replace_pinned(data: Any, views: dict[int, Any]) -> Any:
     return data
 
 
-def _accelerator_pin_function() -> tuple[Callable[[Any], Any], Callable[[], None]] | None:
-    """``(pin, setup)`` for the current accelerator, or ``None`` when batches cannot be pinned.
+def _accelerator_pin_function() -> tuple[Callable[[Any], Any], Callable[[], None]] | str:
+    """``(pin, setup)`` for the current accelerator, or why batches cannot be pinned.
 
     ``setup`` runs first in the pinning thread: it makes the thread use the caller's
-    device and one CPU thread for the copies (as torch's pin thread does).
+    device and one CPU thread for the copies (as torch's pin thread does; the thread
+    count is per thread in torch, so the training thread keeps its own).
     """
-    if not torch.accelerator.is_available():
-        return None
-    accelerator = torch.accelerator.current_accelerator()
-    if accelerator is None or accelerator.type == "mps":  # torch cannot pin for MPS either
-        return None
+    accelerator = (
+        torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    )
+    if accelerator is None:
+        return "no accelerator is available"
+    if accelerator.type == "mps":  # torch's loader does not pin for MPS either
+        return "pinned memory is not supported on MPS"
     device_index = torch.accelerator.current_device_index()
 
     def setup() -> None:
@@ -243,10 +250,23 @@ class _End:
 
 
 class _Failure:
-    __slots__ = ("error",)
+    """An exception on its way to the consumer; ``pulled``: it replaces a pulled batch."""
 
-    def __init__(self, error: BaseException) -> None:
+    __slots__ = ("error", "pulled")
+
+    def __init__(self, error: BaseException, *, pulled: bool = False) -> None:
         self.error = error
+        self.pulled = pulled
+
+
+class _Pulls:
+    """How many batches the thread took from the source; the lock is held while it pulls."""
+
+    __slots__ = ("count", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
 
 
 def _offer(out: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
@@ -260,12 +280,37 @@ def _offer(out: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
     return False
 
 
+class _Pulled:
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+
+def _pull(source: Iterator[Any], pulls: _Pulls) -> _Pulled | _End | _Failure:
+    """The next batch of ``source``, its end or its exception; counted under the pull lock.
+
+    The lock is never held while waiting for the consumer, so a consumer that holds
+    the thread (``_PinningIterator.paused``) cannot deadlock with it.
+    """
+    with pulls.lock:
+        try:
+            batch = next(source)
+        except StopIteration:
+            return _End()
+        except BaseException as exc:  # travels to the consumer, re-raised there
+            return _Failure(exc)
+        pulls.count += 1
+        return _Pulled(batch)
+
+
 def _pin_loop(
     source: Iterator[Any],
     pin: Callable[[Any], Any],
     setup: Callable[[], None] | None,
     out: queue.Queue[Any],
     stop: threading.Event,
+    pulls: _Pulls,
 ) -> None:
     """The pinning thread: pull, pin, hand over, in order, until the end or a stop.
 
@@ -278,14 +323,13 @@ def _pin_loop(
         if setup is not None:
             setup()
         while not stop.is_set():
-            try:
-                item = pin(next(source))
-            except StopIteration:
-                _offer(out, _End(), stop)
-                return
-            except BaseException as exc:  # travels to the consumer, re-raised there
-                item = _Failure(exc)
-            if not _offer(out, item, stop):
+            item: Any = _pull(source, pulls)
+            if isinstance(item, _Pulled):
+                try:
+                    item = pin(item.batch)
+                except BaseException as exc:
+                    item = _Failure(exc, pulled=True)
+            if not _offer(out, item, stop) or isinstance(item, _End):
                 return
             del item  # hold no batch while waiting for the next one
     except BaseException as exc:  # setup failed: the consumer sees it at its next()
@@ -299,7 +343,9 @@ def _pin_loop(
                 _offer(out, _Failure(exc), stop)
 
 
-def _stop_thread(stop: threading.Event, thread: threading.Thread, out: queue.Queue[Any], wait_s: float | None) -> None:
+def _stop_thread(
+    stop: threading.Event, thread: threading.Thread, out: queue.Queue[Any], wait_s: float | None
+) -> None:
     """Stops a pinning thread: the one shutdown path (close, garbage collection, exit)."""
     stop.set()
     while True:  # drop pinned batches nobody will take, so their memory returns now
@@ -341,9 +387,11 @@ class _PinningIterator:
         self._stop = threading.Event()
         self._length = length
         self._done = False
+        self._pulls = _Pulls()
+        self._delivered = 0
         self._thread = threading.Thread(
             target=_pin_loop,
-            args=(source, pin, setup, self._queue, self._stop),
+            args=(source, pin, setup, self._queue, self._stop, self._pulls),
             name="stoker-pin-memory",
             daemon=True,
         )
@@ -377,13 +425,27 @@ class _PinningIterator:
                     self.close()
                     if self._stop.is_set():
                         raise StopIteration from None
-                    raise AssertionError("the pinning thread exited without ending the stream") from None
+                    raise AssertionError(
+                        "the pinning thread exited without ending the stream"
+                    ) from None
         if isinstance(item, _End):
             self.close()
             raise StopIteration
         if isinstance(item, _Failure):
+            self._delivered += item.pulled
             raise item.error
+        self._delivered += 1
         return item
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[int]:
+        """Holds the thread between two pulls; yields how many pulled batches are not delivered.
+
+        While paused, the source's own progress counts exactly the pulled batches, so
+        the loader's ``state_dict`` can subtract the ones still waiting here.
+        """
+        with self._pulls.lock:
+            yield self._pulls.count - self._delivered
 
     def close(self, *, wait_s: float | None = _PIN_JOIN_TIMEOUT_S) -> None:
         """Stops the thread (it closes the source); safe to call twice.
@@ -414,8 +476,9 @@ class DataLoader(_CoreDataLoader[T]):
     Randomness: with ``generator=None`` the loader's base seed (which seeds the default
     shuffle, the workers and the random scopes of every epoch) is drawn from torch's
     global generator when the loader is built, so ``torch.manual_seed(s)`` before it
-    reproduces a run, as with torch, and :meth:`state_dict` resumes it. The shuffled
-    order itself is stoker's (pass a ``torch.Generator`` to get torch's exact order).
+    reproduces a run, as with torch, and :meth:`state_dict` resumes it. Unlike torch's,
+    iterating does not draw from the global generator again. The shuffled order itself
+    is stoker's (pass a ``torch.Generator`` to get torch's exact order).
 
     ``pin_memory=True``: a background thread copies each batch into page-locked memory
     (one pinned block per batch from torch's caching host allocator), so that
@@ -492,18 +555,22 @@ class DataLoader(_CoreDataLoader[T]):
         if not self.pin_memory:
             return iterator
         chosen = _accelerator_pin_function()
-        if chosen is None:
+        if isinstance(chosen, str):
             if not self._pin_notice_given:
                 self._pin_notice_given = True
                 msg = (
-                    "pin_memory=True: no accelerator is available, so batches are not pinned. "
+                    f"pin_memory=True: {chosen}, so batches are not pinned. "
                     "Pass pin_memory=False to silence this notice."
                 )
                 warnings.warn(msg, UserWarning, stacklevel=2)
             return iterator
         pin, setup = chosen
         pinning = _PinningIterator(
-            iterator, pin, maxsize=self.prefetch_factor or 2, setup=setup, length=_length_or_none(self)
+            iterator,
+            pin,
+            maxsize=self.prefetch_factor or 2,
+            setup=setup,
+            length=_length_or_none(self),
         )
         self._pinning = weakref.ref(pinning)
         return pinning
@@ -517,6 +584,27 @@ class DataLoader(_CoreDataLoader[T]):
             # be touched by two threads: wait for the old thread to let go of them
             shared = self.persistent_workers or self.num_workers == 0
             previous.close(wait_s=None if shared else _PIN_JOIN_TIMEOUT_S)
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`stoker.DataLoader.state_dict`, counting only the batches the loop received.
+
+        With ``pin_memory=True`` the pinning thread reads ahead; the batches it holds
+        (pinned or being pinned) have not been handed out, so a resumed loader loads
+        them again.
+        """
+        pinning = self._pinning() if self._pinning is not None else None
+        progress = getattr(self, "_progress", None)
+        if pinning is None or progress is None:
+            return super().state_dict()
+        with pinning.paused() as held:
+            if held == 0:
+                return super().state_dict()
+            yielded, done = progress.yielded, progress.done
+            progress.yielded, progress.done = yielded - held, False
+            try:
+                return super().state_dict()
+            finally:
+                progress.yielded, progress.done = yielded, done
 
     def close(self) -> None:
         """Stops the pinning thread and persistent workers; safe to call twice."""

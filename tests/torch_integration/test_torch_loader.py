@@ -15,7 +15,9 @@ import pytest
 
 import stoker
 
-torch = pytest.importorskip("torch", reason="stoker.torch is the torch integration; torch is its oracle")
+torch = pytest.importorskip(
+    "torch", reason="stoker.torch is the torch integration; torch is its oracle"
+)
 tud = torch.utils.data
 from stoker.torch import DataLoader  # noqa: E402  (needs torch, skipped above without it)
 
@@ -33,7 +35,9 @@ def assert_same(ours, theirs, path="batch") -> None:
     assert type(ours) is type(theirs), f"{path}: {type(ours).__name__} != {type(theirs).__name__}"
     if isinstance(theirs, torch.Tensor):
         assert ours.dtype == theirs.dtype, f"{path}: dtype {ours.dtype} != {theirs.dtype}"
-        assert ours.shape == theirs.shape, f"{path}: shape {tuple(ours.shape)} != {tuple(theirs.shape)}"
+        assert ours.shape == theirs.shape, (
+            f"{path}: shape {tuple(ours.shape)} != {tuple(theirs.shape)}"
+        )
         assert torch.equal(ours, theirs), f"{path}: values differ"
     elif isinstance(theirs, dict):
         assert ours.keys() == theirs.keys(), f"{path}: keys {list(ours)} != {list(theirs)}"
@@ -41,7 +45,7 @@ def assert_same(ours, theirs, path="batch") -> None:
             assert_same(ours[key], theirs[key], f"{path}[{key!r}]")
     elif isinstance(theirs, (list, tuple)):
         assert len(ours) == len(theirs), f"{path}: length {len(ours)} != {len(theirs)}"
-        for i, (a, b) in enumerate(zip(ours, theirs)):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             assert_same(a, b, f"{path}[{i}]")
     else:
         assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
@@ -49,7 +53,7 @@ def assert_same(ours, theirs, path="batch") -> None:
 
 def assert_batches_agree(ours, theirs) -> None:
     assert len(ours) == len(theirs), f"{len(ours)} batches != {len(theirs)}"
-    for i, (a, b) in enumerate(zip(ours, theirs)):
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert_same(a, b, f"batch {i}")
 
 
@@ -152,36 +156,55 @@ def test_tensor_dataset_and_array_dataset_of_tensors_equal_torch(loading) -> Non
     x = torch.arange(60, dtype=torch.float32).reshape(20, 3)
     y = torch.arange(20) % 4
     expected = list(tud.DataLoader(tud.TensorDataset(x, y), batch_size=6))
-    assert_batches_agree(list(DataLoader(tud.TensorDataset(x, y), batch_size=6, **loading)), expected)
-    assert_batches_agree(list(DataLoader(stoker.ArrayDataset(x, y), batch_size=6, **loading)), expected)
     assert_batches_agree(
-        list(DataLoader(stoker.ArrayDataset(x.numpy(), y.numpy()), batch_size=6, **loading)), expected
+        list(DataLoader(tud.TensorDataset(x, y), batch_size=6, **loading)), expected
+    )
+    assert_batches_agree(
+        list(DataLoader(stoker.ArrayDataset(x, y), batch_size=6, **loading)), expected
+    )
+    assert_batches_agree(
+        list(DataLoader(stoker.ArrayDataset(x.numpy(), y.numpy()), batch_size=6, **loading)),
+        expected,
     )
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_iterable_dataset_stream_equals_torch(num_workers) -> None:
-    expected = list(tud.DataLoader(Stream(), batch_size=4, num_workers=num_workers))
-    assert_batches_agree(list(DataLoader(Stream(), batch_size=4, num_workers=num_workers)), expected)
-    assert_batches_agree(list(DataLoader(StokerStream(), batch_size=4, num_workers=num_workers)), expected)
+@pytest.mark.parametrize("loading", LOADING)
+def test_iterable_dataset_stream_equals_torch(loading) -> None:
+    """torch's get_worker_info answers inside stoker's workers, so the stream splits as in torch."""
+    expected = list(tud.DataLoader(Stream(), batch_size=4, num_workers=loading["num_workers"]))
+    assert_batches_agree(list(DataLoader(Stream(), batch_size=4, **loading)), expected)
+    assert_batches_agree(list(DataLoader(StokerStream(), batch_size=4, **loading)), expected)
+    assert tud.get_worker_info() is None  # and nowhere else
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_shuffle_with_a_torch_generator_equals_torch_every_epoch(num_workers) -> None:
     ds = TextPairs()
-    ours = DataLoader(ds, batch_size=2, shuffle=True, num_workers=num_workers, generator=torch.Generator().manual_seed(4))
-    theirs = tud.DataLoader(ds, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(4))
+    ours = DataLoader(
+        ds,
+        batch_size=2,
+        shuffle=True,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(4),
+    )
+    theirs = tud.DataLoader(
+        ds, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(4)
+    )
     for _epoch in range(2):
         assert_batches_agree(list(ours), list(theirs))
 
 
 def test_torch_samplers_and_batch_samplers_are_taken_as_they_are() -> None:
     ds = Records()
-    batch_sampler = tud.BatchSampler(tud.RandomSampler(ds, generator=torch.Generator().manual_seed(2)), 3, False)
+    batch_sampler = tud.BatchSampler(
+        tud.RandomSampler(ds, generator=torch.Generator().manual_seed(2)), 3, False
+    )
     expected = list(
         tud.DataLoader(
             ds,
-            batch_sampler=tud.BatchSampler(tud.RandomSampler(ds, generator=torch.Generator().manual_seed(2)), 3, False),
+            batch_sampler=tud.BatchSampler(
+                tud.RandomSampler(ds, generator=torch.Generator().manual_seed(2)), 3, False
+            ),
         )
     )
     assert_batches_agree(list(DataLoader(ds, batch_sampler=batch_sampler)), expected)
@@ -225,7 +248,9 @@ def test_arrays_torch_cannot_share_are_copied_without_a_warning() -> None:
     read_only.flags.writeable = False
     reversed_view = np.arange(5, dtype=np.int32)[::-1]
     big_endian = np.arange(3, dtype=">f4")
-    (a, b, c) = next(iter(DataLoader(Items([(read_only, reversed_view, big_endian)]), batch_size=None)))
+    (a, b, c) = next(
+        iter(DataLoader(Items([(read_only, reversed_view, big_endian)]), batch_size=None))
+    )
     assert a.tolist() == [0, 1, 2, 3] and a.data_ptr() != read_only.ctypes.data
     assert b.tolist() == [4, 3, 2, 1, 0] and b.dtype == torch.int32
     assert c.tolist() == [0.0, 1.0, 2.0] and c.dtype == torch.float32
@@ -237,7 +262,16 @@ def test_leaves_torch_has_no_tensor_for_pass_through_unchanged() -> None:
     words = np.array(["a", "bc"])
     stamp = np.datetime64("2024-01-02")
     huge = np.uint64(2**64 - 1)
-    sample = {"words": words, "stamp": stamp, "text": "x", "raw": b"y", "n": 7, "f": 0.5, "none": None, "huge": huge}
+    sample = {
+        "words": words,
+        "stamp": stamp,
+        "text": "x",
+        "raw": b"y",
+        "n": 7,
+        "f": 0.5,
+        "none": None,
+        "huge": huge,
+    }
     (out,) = DataLoader(Items([sample]), batch_size=None)
     assert out["words"] is words
     assert out["stamp"] is stamp
@@ -284,12 +318,16 @@ def shuffled_run(num_workers: int, seed: int) -> tuple[list[list[int]], list[flo
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_torch_manual_seed_makes_a_run_repeat(num_workers) -> None:
-    first, second, other = shuffled_run(num_workers, 0), shuffled_run(num_workers, 0), shuffled_run(num_workers, 1)
+    first, second, other = (
+        shuffled_run(num_workers, 0),
+        shuffled_run(num_workers, 0),
+        shuffled_run(num_workers, 1),
+    )
     assert first == second
     assert first[0] != other[0]
     orders = first[0]
     assert orders[:3] != orders[3:]  # epochs differ
-    assert sorted(sum(orders[:3], [])) == list(range(12))
+    assert sorted(i for batch in orders[:3] for i in batch) == list(range(12))
 
 
 def test_generator_none_is_kept_and_torch_rng_decides_the_order() -> None:
@@ -324,13 +362,18 @@ def test_state_dict_resumes_a_torch_seeded_run_under_another_torch_seed() -> Non
     assert head + batches(second) == expected
 
 
-# ------------------------------------------------------------------ pin_memory without an accelerator
+# ------------------------------------------------------------------ pin_memory, no accelerator
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the behaviour without an accelerator")
+@pytest.mark.skipif(
+    torch.accelerator.is_available(), reason="checks the behaviour without an accelerator"
+)
 def test_pin_memory_without_accelerator_warns_once_and_starts_no_thread() -> None:
     loader = DataLoader(list(range(6)), batch_size=2, pin_memory=True)
-    with pytest.warns(UserWarning, match=r"pin_memory=True: no accelerator is available, so batches are not pinned"):
+    with pytest.warns(
+        UserWarning,
+        match=r"pin_memory=True: no accelerator is available, so batches are not pinned",
+    ):
         iterator = iter(loader)
     assert not any(t.name == "stoker-pin-memory" for t in __import__("threading").enumerate())
     assert [b.tolist() for b in iterator] == [[0, 1], [2, 3], [4, 5]]

@@ -13,25 +13,42 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from stoker import randomness
+from stoker.bad_samples import SkippedSample, skipped_sample
 
-__all__ = ["IterableFetcher", "MapFetcher"]
+__all__ = ["AllSkipped", "IterableFetcher", "MapFetcher"]
+
+
+class AllSkipped(Exception):
+    """Every sample of the batch failed and was skipped: there is no batch to return."""
 
 
 class MapFetcher:
     """Fetches the samples of one index batch and collates them.
 
     A dataset with a ``__getitems__`` method is asked for the whole batch at once
-    (torch's rule: the attribute must exist and be truthy).
+    (torch's rule: the attribute must exist and be truthy). With ``skip_errors`` a sample
+    that raises is left out and recorded in :attr:`skipped` (a failing ``__getitems__``
+    is retried sample by sample to find the culprits); a batch that loses every sample
+    raises :class:`AllSkipped`.
     """
 
-    __slots__ = ("_collate", "_dataset", "_getitems", "auto_collation")
+    __slots__ = ("_collate", "_dataset", "_getitems", "auto_collation", "skip_errors", "skipped")
 
-    def __init__(self, dataset: Any, auto_collation: bool, collate_fn: Callable[[Any], Any]):
+    def __init__(
+        self, dataset: Any, auto_collation: bool, collate_fn: Callable[[Any], Any], skip_errors: bool = False
+    ):
         self._dataset = dataset
         self._collate = collate_fn
         self.auto_collation = auto_collation
         getitems = getattr(dataset, "__getitems__", None)
         self._getitems = getitems if getitems else None
+        self.skip_errors = skip_errors
+        self.skipped: list[SkippedSample] = []
+
+    def take_skipped(self) -> tuple[SkippedSample, ...]:
+        """The samples skipped since the last call."""
+        skipped, self.skipped = tuple(self.skipped), []
+        return skipped
 
     def fetch(self, index: Any, epoch_seed: int, batch_index: int, position: int) -> Any:
         """Returns the collated batch for ``index`` (a list of indices when batching).
@@ -45,10 +62,17 @@ class MapFetcher:
             try:
                 scope.position = position
                 sample = dataset[index]
+            except Exception as exc:
+                if not self.skip_errors:
+                    raise
+                self.skipped.append(skipped_sample(dataset, index, exc))
+                raise AllSkipped from None
             finally:
                 randomness.end(previous)
             return self._collate_in_scope(sample, epoch_seed, batch_index)
-        if self._getitems is not None:
+        if self.skip_errors:
+            samples = self._fetch_skipping(index, epoch_seed, batch_index, position)
+        elif self._getitems is not None:
             scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
             try:
                 scope.position = batch_index
@@ -66,6 +90,32 @@ class MapFetcher:
             finally:
                 randomness.end(previous)
         return self._collate_in_scope(samples, epoch_seed, batch_index)
+
+    def _fetch_skipping(self, index: Any, epoch_seed: int, batch_index: int, position: int) -> list[Any]:
+        dataset = self._dataset
+        if self._getitems is not None:
+            scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
+            try:
+                scope.position = batch_index
+                return self._getitems(index)
+            except Exception:
+                pass  # find the bad samples one by one below
+            finally:
+                randomness.end(previous)
+        samples = []
+        scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+        try:
+            for offset, i in enumerate(index):
+                scope.position = position + offset
+                try:
+                    samples.append(dataset[i])
+                except Exception as exc:
+                    self.skipped.append(skipped_sample(dataset, i, exc))
+        finally:
+            randomness.end(previous)
+        if not samples:
+            raise AllSkipped
+        return samples
 
     def _collate_in_scope(self, samples: Any, epoch_seed: int, batch_index: int) -> Any:
         scope, previous = randomness.begin(epoch_seed, randomness.COLLATE)

@@ -61,6 +61,16 @@ class _Raise:
     error: BaseException
 
 
+@dataclass(frozen=True, slots=True)
+class _Accounted:
+    """A batch with its bad-sample accounting, settled when it is delivered."""
+
+    batch: Any
+    attempted: int
+    skipped: tuple[Any, ...]
+    empty: bool
+
+
 class MultiWorkerIterator:
     """Iterates one epoch of batches produced by a :class:`WorkerPool`."""
 
@@ -91,6 +101,7 @@ class MultiWorkerIterator:
         self._batch_index = progress.yielded  # the next task's place in the epoch
         self._position = first_position  # the next task's first sample's place in the epoch
         self._auto_collation = loader._auto_collation
+        self._budget = loader._bad_samples
         ledger: Ledger | None = getattr(pool, "ledger", None)
         if ledger is None:
             ledger = pool.ledger = Ledger(load=[0] * pool.num_workers)  # type: ignore[attr-defined]
@@ -129,6 +140,11 @@ class MultiWorkerIterator:
             if item is not _SKIP:
                 self._dispatch()
                 self._progress.yielded += 1
+                if type(item) is _Accounted:  # on_error="skip": count in delivery order
+                    self._budget.record(item.attempted, item.skipped)  # type: ignore[union-attr]
+                    if item.empty:
+                        continue
+                    item = item.batch
                 if isinstance(item, _Raise):
                     raise item.error
                 return self._deliver(item)
@@ -251,6 +267,11 @@ class MultiWorkerIterator:
         if isinstance(message, Done):
             if stale:
                 return
+            if self._budget is not None:
+                attempted = len(pending.indices) if self._auto_collation else 1
+                if message.empty:
+                    self._ready[message.task_id] = _Accounted(None, attempted, message.skipped, True)
+                    return
             batch = message.batch
             if not message.shards:
                 self._warn_unsharded()
@@ -258,7 +279,10 @@ class MultiWorkerIterator:
                 slots.want(pending.slot.index, int((message.nbytes + message.overflow) * _SLOT_HEADROOM))
             elif pending.slot is None and self._pool.mode == "process":
                 self._maybe_create_slots(batch)
-            self._ready[message.task_id] = _copy_tree(batch) if (self._copy and leased) else batch
+            batch = _copy_tree(batch) if (self._copy and leased) else batch
+            if self._budget is not None:
+                batch = _Accounted(batch, attempted, message.skipped, False)
+            self._ready[message.task_id] = batch
         elif isinstance(message, Exhausted):
             self._active[worker_id] = False
             if not stale:

@@ -29,6 +29,7 @@ class WorkerSpec:
     worker_init_fn: Callable[[int], None] | None
     num_workers: int
     threads: int | None
+    skip_errors: bool  # on_error="skip": leave failing samples out of their batch
     segment_prefix: str | None  # process workers: where one-off segments are created
 
 
@@ -73,6 +74,8 @@ class Done:
     nbytes: int
     overflow: int
     shards: bool = True  # False: an iterable dataset never asked get_worker_info()
+    skipped: tuple[Any, ...] = ()  # SkippedSample records (on_error="skip")
+    empty: bool = False  # every sample was skipped: no batch
 
 
 @dataclass(frozen=True, slots=True)

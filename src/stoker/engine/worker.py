@@ -25,7 +25,7 @@ import numpy as np
 from stoker._worker_info import WorkerInfo, _consulted, _set_worker_info
 from stoker.collate import collate_into
 from stoker.engine import shm, transport
-from stoker.engine.fetch import IterableFetcher, MapFetcher
+from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task, WorkerSpec
 
 __all__ = ["THREAD_ENV_VARS", "cap_threads", "process_worker_main", "run_worker"]
@@ -136,7 +136,7 @@ def run_worker(
                         spec.dataset, spec.batch_size, spec.collate_fn, spec.drop_last, epoch_seed + worker_id
                     )
                     if spec.iterable
-                    else MapFetcher(spec.dataset, spec.auto_collation, spec.collate_fn)
+                    else MapFetcher(spec.dataset, spec.auto_collation, spec.collate_fn, spec.skip_errors)
                 )
             with collate_into(allocator) if allocator is not None else contextlib.nullcontext():
                 if spec.iterable:
@@ -146,14 +146,17 @@ def run_worker(
         except StopIteration:
             send(Exhausted(task.task_id, epoch, worker_id), None)
             continue
+        except AllSkipped:
+            skipped = fetcher.take_skipped()  # type: ignore[union-attr]
+            send(Done(task.task_id, epoch, worker_id, None, 0, 0, True, skipped, True), None)
+            continue
         except BaseException as exc:
             send(failure(task.task_id, epoch, worker_id, exc), None)
             continue
         shards = not spec.iterable or _consulted()
-        if allocator is None:
-            send(Done(task.task_id, epoch, worker_id, batch, 0, 0, shards), None)
-        else:
-            send(Done(task.task_id, epoch, worker_id, batch, allocator.used, allocator.overflow, shards), allocator)
+        skipped = fetcher.take_skipped() if isinstance(fetcher, MapFetcher) else ()
+        used, overflow = (allocator.used, allocator.overflow) if allocator is not None else (0, 0)
+        send(Done(task.task_id, epoch, worker_id, batch, used, overflow, shards, skipped), allocator)
 
 
 def _set_parent_death_signal() -> None:
