@@ -11,8 +11,12 @@ import stoker
 __all__ = ["main"]
 
 
+# One module per command, each with add_parser(commands) and run(args) -> int.
+COMMANDS = ("demo", "pack", "doctor")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    from stoker.cli import demo
+    import importlib
 
     parser = argparse.ArgumentParser(
         prog="stoker",
@@ -20,7 +24,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"stoker {stoker.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo.add_parser(commands)
+    for name in COMMANDS:
+        importlib.import_module(f"stoker.cli.{name}").add_parser(commands)
     return parser
 
 

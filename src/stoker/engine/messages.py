@@ -16,6 +16,12 @@ from stoker.engine.shm import SlotRef
 __all__ = ["Done", "Exhausted", "Failed", "Ready", "StartEpoch", "Task", "WorkerSpec"]
 
 
+def _reduce(self: Any) -> tuple[Any, tuple[Any, ...]]:
+    """Pickles a message as (class, field values): several times faster than the generic
+    dataclass state protocol, which looks its fields up on every message."""
+    return type(self), tuple([getattr(self, name) for name in self.__slots__])
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
     """What a worker needs to start: sent once (pickled once for spawn/forkserver)."""
@@ -32,6 +38,8 @@ class WorkerSpec:
     skip_errors: bool  # on_error="skip": leave failing samples out of their batch
     segment_prefix: str | None  # process workers: where one-off segments are created
 
+    __reduce__ = _reduce
+
 
 @dataclass(frozen=True, slots=True)
 class StartEpoch:
@@ -39,6 +47,8 @@ class StartEpoch:
 
     epoch: int
     seed: int
+
+    __reduce__ = _reduce
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +66,15 @@ class Task:
     batch_index: int
     position: int
 
+    __reduce__ = _reduce
+
 
 @dataclass(frozen=True, slots=True)
 class Ready:
     worker_id: int
     pid: int
+
+    __reduce__ = _reduce
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +91,8 @@ class Done:
     skipped: tuple[Any, ...] = ()  # SkippedSample records (on_error="skip")
     empty: bool = False  # every sample was skipped: no batch
 
+    __reduce__ = _reduce
+
 
 @dataclass(frozen=True, slots=True)
 class Exhausted:
@@ -85,6 +101,8 @@ class Exhausted:
     task_id: int
     epoch: int
     worker_id: int
+
+    __reduce__ = _reduce
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +117,5 @@ class Failed:
     type_name: str
     text: str
     traceback: str
+
+    __reduce__ = _reduce

@@ -33,10 +33,10 @@ import dataclasses
 import enum
 import glob
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
 import queue
+import selectors
 import signal
 import sys
 import tempfile
@@ -140,6 +140,7 @@ class WorkerPool:
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()  # thread mode
         self._stack_files: list[str | None] = [None] * num_workers
         self._payload: bytes | None = None
+        self._selector: selectors.BaseSelector | None = None
         self._unsent: list[int] = []
         if mode == "process":
             _remove_orphaned_stack_files()
@@ -209,6 +210,7 @@ class WorkerPool:
 
     def restart(self, worker_id: int) -> None:
         """Replaces a dead worker with a fresh one under the same id."""
+        self._close_selector()
         old = self._workers[worker_id]
         if isinstance(old, _ProcessWorker):
             with contextlib.suppress(OSError):
@@ -241,16 +243,19 @@ class WorkerPool:
         if self.mode == "thread":
             return self._poll_threads(timeout), self._dead_threads()
         workers: list[_ProcessWorker] = self._workers
-        readers = {w.results: i for i, w in enumerate(workers)}
-        sentinels = {w.process.sentinel: i for i, w in enumerate(workers)}
-        ready = multiprocessing.connection.wait([*readers, *sentinels], timeout)
+        if self._selector is None:  # one epoll set, kept across calls (rebuilt on restart)
+            self._selector = selectors.DefaultSelector()
+            for i, w in enumerate(workers):
+                self._selector.register(w.results.fileno(), selectors.EVENT_READ, (False, i))
+                self._selector.register(w.process.sentinel, selectors.EVENT_READ, (True, i))
         messages: list[tuple[int, Any, set[int]]] = []
         dead: list[int] = []
-        for handle in ready:
-            if handle in readers:
-                messages.extend(self._drain(readers[handle]))
+        for key, _events in self._selector.select(timeout):
+            is_sentinel, worker_id = key.data
+            if is_sentinel:
+                dead.append(worker_id)
             else:
-                dead.append(sentinels[handle])
+                messages.extend(self._drain(worker_id))
         deaths = []
         for worker_id in dead:
             messages.extend(self._drain(worker_id))  # what it sent before dying still counts
@@ -318,11 +323,17 @@ class WorkerPool:
             return f.read() or "(the worker did not answer the stack request)"
 
     # -- stopping ----------------------------------------------------------------
+    def _close_selector(self) -> None:
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+
     def shutdown(self) -> None:
         """Stops every worker and frees every resource; see NOTE [ Shutdown ]."""
         if self.state is not PoolState.RUNNING:
             return
         self.state = PoolState.CLOSING
+        self._close_selector()
         try:
             for worker in self._workers:
                 if worker is None:

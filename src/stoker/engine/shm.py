@@ -43,12 +43,12 @@ except ImportError:  # pragma: no cover - Windows
     _posixshmem = None
 
 __all__ = [
+    "OneoffWriter",
     "SEGMENT_PREFIX",
     "SlotAllocator",
     "SlotPool",
     "SlotRef",
     "attach",
-    "create_oneoff",
     "lease_oneoff",
     "new_prefix",
     "remove_orphaned_segments",
@@ -106,10 +106,50 @@ def attach(name: str, size: int) -> mmap.mmap:
         os.close(fd)
 
 
-def create_oneoff(prefix: str, size: int) -> tuple[str, mmap.mmap]:
-    """Worker side: a fresh segment under the trainer's ``prefix`` (see module docstring)."""
-    name = f"{prefix}-w{os.getpid()}-{secrets.token_hex(4)}"
-    return name, _create(name, _round_up(max(size, 1), mmap.PAGESIZE))
+class OneoffWriter:
+    """Worker side: writes one batch's arrays into a fresh segment under the trainer's prefix.
+
+    Written with ``pwrite`` rather than through a mapping: the kernel fills each page once
+    (no separate zeroing pass to reserve it), and a full ``/dev/shm`` is an ``ENOSPC``
+    error (the array then travels inline) instead of a SIGBUS. Quacks like
+    :class:`SlotAllocator` for :func:`stoker.engine.transport.encode`.
+    """
+
+    __slots__ = ("_fd", "ref", "used")
+
+    def __init__(self, prefix: str, size: int) -> None:
+        name = f"{prefix}-w{os.getpid()}-{secrets.token_hex(4)}"
+        size = _round_up(max(size, 1), mmap.PAGESIZE)
+        self._fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(self._fd, size)  # sparse: pages appear as they are written
+        except BaseException:
+            self.close()
+            _unlink(name)
+            raise
+        self.ref = SlotRef(-1, name, size)
+        self.used = 0
+
+    def place(self, array: np.ndarray) -> int | None:
+        if array.dtype.hasobject:
+            return None
+        offset = _round_up(self.used, _ALIGN)
+        if offset + array.nbytes > self.ref.size:
+            return None
+        data = memoryview(np.ascontiguousarray(array)).cast("B")
+        try:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self._fd, data[written:], offset + written)
+        except OSError:  # ENOSPC and friends: this array travels inline instead
+            return None
+        self.used = offset + array.nbytes
+        return offset
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def lease_oneoff(name: str, size: int) -> object:
@@ -203,10 +243,14 @@ class _Slot:
 
 
 class SlotPool:
-    """A fixed number of reusable shared-memory slots, owned by the main process.
+    """Up to ``count`` reusable shared-memory slots, owned by the main process.
+
+    Slots are created when first needed (each creation reserves its pages, which takes
+    milliseconds for large batches), so building the pool costs nothing on the path of
+    the first batch, and a consumer that never holds many batches never pays for them.
 
     Args:
-        count: number of slots (the loader passes ``prefetch_factor * num_workers + 2``).
+        count: most slots (the loader passes ``prefetch_factor * num_workers + 2``).
         size: bytes per slot.
 
     Example:
@@ -232,16 +276,11 @@ class SlotPool:
         remove_orphaned_segments()
         self._token = prefix or new_prefix()
         self._serial = 0
+        self._capacity = count
+        self._size = size
         self._slots: list[_Slot] = []
         self._free: list[int] = []
         self._closed = False
-        try:
-            for index in range(count):
-                self._slots.append(self._new_slot(index, size))
-                self._free.append(index)
-        except BaseException:
-            self.close()
-            raise
 
     def _new_slot(self, index: int, size: int) -> _Slot:
         self._serial += 1
@@ -257,16 +296,23 @@ class SlotPool:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        """Slots that :meth:`acquire` can hand out now: free ones and ones not yet created."""
+        return len(self._free) + self._capacity - len(self._slots)
 
     def acquire(self, prefer: tuple[int, ...] = ()) -> SlotRef | None:
         """A free slot for the next task, or ``None`` when every slot is in use.
 
         ``prefer`` lists slot indices to try first (the ones the receiving worker wrote
-        most recently: still in its caches). Otherwise the most recently freed slot.
+        most recently: still in its caches). Otherwise the most recently freed slot, or a
+        new one while the pool is below its size.
         """
         if not self._free:
-            return None
+            if len(self._slots) >= self._capacity or self._closed:
+                return None
+            slot = self._new_slot(len(self._slots), self._size)
+            self._slots.append(slot)
+            slot.leased = True
+            return slot.ref()
         for index in prefer:
             if index in self._free:
                 self._free.remove(index)

@@ -29,7 +29,7 @@ SHM_MIN_BATCH_BYTES = 64 * 1024  # a smaller batch travels inline: a pipe write 
 _NDARRAY = np.ndarray
 
 
-def encode(message: Any, allocator: SlotAllocator | None) -> bytes:
+def encode(message: Any, allocator: SlotAllocator | shm.OneoffWriter | None) -> bytes:
     """Pickles ``message``, moving its large arrays into ``allocator``'s slot when given."""
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)

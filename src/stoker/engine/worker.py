@@ -64,8 +64,8 @@ def seed_worker(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(seed)
+    if torch is not None:  # the CPU generator only: torch.manual_seed also wakes CUDA (ms)
+        torch.default_generator.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
 
 
 def failure(task_id: int, epoch: int, worker_id: int, exc: BaseException) -> Failed:
@@ -227,17 +227,14 @@ def process_worker_main(
             nbytes, count = transport.array_bytes(message.batch)
             if nbytes >= transport.SHM_MIN_BATCH_BYTES:
                 with contextlib.suppress(OSError):
-                    name, oneoff = shm.create_oneoff(spec.segment_prefix, nbytes + _ALIGN_SLACK * count)
-                    allocator = shm.SlotAllocator(shm.SlotRef(-1, name, len(oneoff)), oneoff)
+                    oneoff = shm.OneoffWriter(spec.segment_prefix, nbytes + _ALIGN_SLACK * count)
         try:
-            result_conn.send_bytes(transport.encode(message, allocator))
+            result_conn.send_bytes(transport.encode(message, allocator or oneoff))
         except (BrokenPipeError, EOFError):
             pass  # the trainer is gone; the next receive() notices
         finally:
             if oneoff is not None:
-                allocator = None
-                with contextlib.suppress(BufferError):
-                    oneoff.close()
+                oneoff.close()
 
     def attach(ref: shm.SlotRef) -> shm.SlotAllocator:
         allocator = allocators.get(ref.index)
