@@ -42,6 +42,7 @@ from stoker.datasets import (
     random_split,
 )
 from stoker.loader import DataLoader
+from stoker.profiling import LoaderStats, profile
 from stoker.randomness import sample_rng
 from stoker.seeding_utils import seed_everything
 from stoker.samplers import (
@@ -72,6 +73,7 @@ __all__ = [
     "DatasetIndexError",
     "DistributedSampler",
     "IterableDataset",
+    "LoaderStats",
     "MapDataset",
     "PadCollate",
     "RaggedCollate",
@@ -93,6 +95,7 @@ __all__ = [
     "get_worker_info",
     "is_iterable_dataset",
     "pad_collate",
+    "profile",
     "random_split",
     "register_collate",
     "sample_rng",

@@ -14,6 +14,7 @@ import math
 import multiprocessing
 import warnings
 import weakref
+from time import perf_counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -22,6 +23,7 @@ from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
 from stoker.collate import default_collate, default_convert
 from stoker.datasets import is_iterable_dataset
 from stoker.bad_samples import BadSampleBudget, ErrorReport
+from stoker.profiling.stats import LoaderStats, StatsRecorder
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.iterator import MultiWorkerIterator
 from stoker.engine.messages import WorkerSpec
@@ -230,6 +232,7 @@ class DataLoader(Generic[T]):
         self.on_error = on_error
         self.max_errors = max_errors
         self._bad_samples = budget
+        self._stats = StatsRecorder(num_workers)
         self._epoch = 0
         self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
         self._seed = 0 if is_torch_generator(generator) else resolve_base_seed(generator)
@@ -388,6 +391,15 @@ class DataLoader(Generic[T]):
         self._resume = dict(state)
         self._progress = None
 
+    def stats(self) -> LoaderStats:
+        """Time per stage, throughput, bytes in flight and the slowest work so far.
+
+        See :mod:`stoker.profiling.stats` for the stages. Cheap enough to leave on.
+        """
+        pool = self._pool
+        in_flight = pool.slots.nbytes if (pool is not None and pool.slots is not None) else 0
+        return self._stats.snapshot(in_flight)
+
     def error_report(self) -> ErrorReport:
         """Every sample skipped so far under ``on_error="skip"`` (empty otherwise).
 
@@ -490,10 +502,14 @@ class _SingleProcessIterator:
 
     def __next__(self) -> Any:
         progress = self._progress
+        entered = perf_counter()
         while True:
             try:
                 if self._index_iter is None:
+                    began = perf_counter()
                     batch = self._fetcher.fetch(self._batch_index)  # type: ignore[call-arg]
+                    samples = self._fetcher.batch_size or 1  # type: ignore[union-attr]
+                    self._loader._stats.loaded(-1, samples, perf_counter() - began, 0.0, self._batch_index)
                 else:
                     batch = self._fetch_map(progress)
             except StopIteration:
@@ -504,19 +520,25 @@ class _SingleProcessIterator:
             self._batch_index += 1
             progress.yielded += 1
             if batch is not _SKIPPED:
+                self._loader._stats.delivered(perf_counter() - entered)
                 return self._deliver(batch)
 
     def _fetch_map(self, progress: Progress) -> Any:
         fetcher: MapFetcher = self._fetcher  # type: ignore[assignment]
+        recorder = self._loader._stats
+        began = perf_counter()
         index = next(self._index_iter)  # type: ignore[arg-type]
+        recorder.stats.sampling_s += perf_counter() - began
         attempted = len(index) if fetcher.auto_collation else 1
         self._position += attempted
         budget = self._loader._bad_samples
         try:
-            return fetcher.fetch(index, progress.seed, self._batch_index, self._position - attempted)
+            batch = fetcher.fetch(index, progress.seed, self._batch_index, self._position - attempted)
         finally:
             if budget is not None:
                 budget.record(attempted, fetcher.take_skipped())
+        recorder.loaded(-1, attempted, fetcher.fetch_s, fetcher.collate_s, index, fetcher.slow_samples)
+        return batch
 
     def __len__(self) -> int:
         return len(self._loader)

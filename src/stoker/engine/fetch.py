@@ -9,11 +9,18 @@ seeded from ``(epoch seed, p)``, those in ``__getitems__`` and ``collate_fn`` fr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
+from time import perf_counter
 from typing import Any
+
 
 from stoker import randomness
 from stoker.bad_samples import SkippedSample, skipped_sample
+from stoker.profiling.stats import PROFILE_SAMPLES
+
+_sample_log = logging.getLogger("stoker.samples")
+_KEEP_SLOW_SAMPLES = 5
 
 __all__ = ["AllSkipped", "IterableFetcher", "MapFetcher"]
 
@@ -32,7 +39,17 @@ class MapFetcher:
     raises :class:`AllSkipped`.
     """
 
-    __slots__ = ("_collate", "_dataset", "_getitems", "auto_collation", "skip_errors", "skipped")
+    __slots__ = (
+        "_collate",
+        "_dataset",
+        "_getitems",
+        "auto_collation",
+        "collate_s",
+        "fetch_s",
+        "skip_errors",
+        "skipped",
+        "slow_samples",
+    )
 
     def __init__(
         self, dataset: Any, auto_collation: bool, collate_fn: Callable[[Any], Any], skip_errors: bool = False
@@ -44,6 +61,8 @@ class MapFetcher:
         self._getitems = getitems if getitems else None
         self.skip_errors = skip_errors
         self.skipped: list[SkippedSample] = []
+        self.fetch_s = self.collate_s = 0.0  # the last batch's stage times
+        self.slow_samples: tuple[tuple[float, Any], ...] = ()  # STOKER_PROFILE_SAMPLES=1 only
 
     def take_skipped(self) -> tuple[SkippedSample, ...]:
         """The samples skipped since the last call."""
@@ -57,6 +76,7 @@ class MapFetcher:
         its first sample: they key the random scopes.
         """
         dataset = self._dataset
+        start = perf_counter()
         if not self.auto_collation:
             scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
             try:
@@ -69,7 +89,7 @@ class MapFetcher:
                 raise AllSkipped from None
             finally:
                 randomness.end(previous)
-            return self._collate_in_scope(sample, epoch_seed, batch_index)
+            return self._timed_collate(sample, epoch_seed, batch_index, start)
         if self.skip_errors:
             samples = self._fetch_skipping(index, epoch_seed, batch_index, position)
         elif self._getitems is not None:
@@ -79,6 +99,8 @@ class MapFetcher:
                 samples = self._getitems(index)
             finally:
                 randomness.end(previous)
+        elif PROFILE_SAMPLES:
+            samples = self._fetch_timing_samples(index, epoch_seed, position)
         else:
             scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
             try:
@@ -89,7 +111,31 @@ class MapFetcher:
                     append(dataset[i])
             finally:
                 randomness.end(previous)
-        return self._collate_in_scope(samples, epoch_seed, batch_index)
+        return self._timed_collate(samples, epoch_seed, batch_index, start)
+
+    def _timed_collate(self, samples: Any, epoch_seed: int, batch_index: int, start: float) -> Any:
+        fetched = perf_counter()
+        batch = self._collate_in_scope(samples, epoch_seed, batch_index)
+        self.fetch_s = fetched - start
+        self.collate_s = perf_counter() - fetched
+        return batch
+
+    def _fetch_timing_samples(self, index: Any, epoch_seed: int, position: int) -> list[Any]:
+        """STOKER_PROFILE_SAMPLES=1: times and logs every sample, keeps the slowest."""
+        dataset, samples, slow = self._dataset, [], []
+        scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+        try:
+            for offset, i in enumerate(index):
+                scope.position = position + offset
+                began = perf_counter()
+                samples.append(dataset[i])
+                seconds = perf_counter() - began
+                slow.append((seconds, i))
+                _sample_log.debug("sample %r loaded in %.3f ms", i, 1000 * seconds)
+        finally:
+            randomness.end(previous)
+        self.slow_samples = tuple(sorted(slow, reverse=True)[:_KEEP_SLOW_SAMPLES])
+        return samples
 
     def _fetch_skipping(self, index: Any, epoch_seed: int, batch_index: int, position: int) -> list[Any]:
         dataset = self._dataset

@@ -102,6 +102,7 @@ class MultiWorkerIterator:
         self._position = first_position  # the next task's first sample's place in the epoch
         self._auto_collation = loader._auto_collation
         self._budget = loader._bad_samples
+        self._recorder = loader._stats
         ledger: Ledger | None = getattr(pool, "ledger", None)
         if ledger is None:
             ledger = pool.ledger = Ledger(load=[0] * pool.num_workers)  # type: ignore[attr-defined]
@@ -133,6 +134,7 @@ class MultiWorkerIterator:
             raise RuntimeError(msg)
         if self._pool.state is not PoolState.RUNNING:
             raise StopIteration
+        entered = time.perf_counter()
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         self._dispatch()  # the consumer may have dropped batches since the last call
         while True:
@@ -147,6 +149,7 @@ class MultiWorkerIterator:
                     item = item.batch
                 if isinstance(item, _Raise):
                     raise item.error
+                self._recorder.delivered(time.perf_counter() - entered)
                 return self._deliver(item)
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
             if not self._mine_pending() and self._sources_done:
@@ -160,7 +163,9 @@ class MultiWorkerIterator:
                     self._raise_timeout()
                 wait = min(wait, remaining)
             try:
+                transport_before = self._pool.transport_s
                 messages, deaths = self._pool.poll(wait)
+                self._recorder.stats.transport_s += self._pool.transport_s - transport_before
             except BaseException:
                 self.close()
                 raise
@@ -205,11 +210,13 @@ class MultiWorkerIterator:
             if self._iterable:
                 indices = None
             else:
+                began = time.perf_counter()
                 try:
                     indices = next(self._index_iter)  # type: ignore[arg-type]
                 except StopIteration:
                     self._sources_done = True
                     return
+                self._recorder.stats.sampling_s += time.perf_counter() - began
             slot = None
             if pool.slots is not None:
                 recent = self._recent_slots[worker_id]
@@ -267,6 +274,14 @@ class MultiWorkerIterator:
         if isinstance(message, Done):
             if stale:
                 return
+            self._recorder.loaded(
+                worker_id,
+                len(pending.indices) if (self._auto_collation and pending.indices is not None) else 1,
+                message.fetch_s,
+                message.collate_s,
+                pending.indices,
+                message.slow,
+            )
             if self._budget is not None:
                 attempted = len(pending.indices) if self._auto_collation else 1
                 if message.empty:

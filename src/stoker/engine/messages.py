@@ -90,6 +90,9 @@ class Done:
     shards: bool = True  # False: an iterable dataset never asked get_worker_info()
     skipped: tuple[Any, ...] = ()  # SkippedSample records (on_error="skip")
     empty: bool = False  # every sample was skipped: no batch
+    fetch_s: float = 0.0  # stage times in the worker (see stoker.profiling.stats)
+    collate_s: float = 0.0
+    slow: tuple[Any, ...] = ()  # (seconds, index) of its slowest samples, STOKER_PROFILE_SAMPLES=1
 
     __reduce__ = _reduce
 

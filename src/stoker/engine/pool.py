@@ -139,6 +139,7 @@ class WorkerPool:
         self._workers: list[Any] = [None] * num_workers
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()  # thread mode
         self._stack_files: list[str | None] = [None] * num_workers
+        self.transport_s = 0.0  # time spent decoding workers' messages (loader.stats())
         self._payload: bytes | None = None
         self._selector: selectors.BaseSelector | None = None
         self._unsent: list[int] = []
@@ -271,7 +272,10 @@ class WorkerPool:
         lease = self.slots.lease if self.slots is not None else _no_slots
         try:
             while reader.poll(0):
-                message, leased = transport.decode(reader.recv_bytes(), lease)
+                payload = reader.recv_bytes()
+                began = time.perf_counter()
+                message, leased = transport.decode(payload, lease)
+                self.transport_s += time.perf_counter() - began
                 yield worker_id, message, leased
         except (EOFError, OSError):
             return

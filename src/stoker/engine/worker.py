@@ -154,9 +154,15 @@ def run_worker(
             send(failure(task.task_id, epoch, worker_id, exc), None)
             continue
         shards = not spec.iterable or _consulted()
-        skipped = fetcher.take_skipped() if isinstance(fetcher, MapFetcher) else ()
         used, overflow = (allocator.used, allocator.overflow) if allocator is not None else (0, 0)
-        send(Done(task.task_id, epoch, worker_id, batch, used, overflow, shards, skipped), allocator)
+        if isinstance(fetcher, MapFetcher):
+            done = Done(
+                task.task_id, epoch, worker_id, batch, used, overflow, shards, fetcher.take_skipped(), False,
+                fetcher.fetch_s, fetcher.collate_s, fetcher.slow_samples,
+            )
+        else:
+            done = Done(task.task_id, epoch, worker_id, batch, used, overflow, shards)
+        send(done, allocator)
 
 
 def _set_parent_death_signal() -> None:

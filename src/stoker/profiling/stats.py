@@ -1,0 +1,161 @@
+"""``loader.stats()``: time per stage, throughput, bytes in flight, the slowest work.
+
+Stages, in the order a batch meets them:
+
+* **sampling**: drawing the next index batch from the sampler (trainer);
+* **fetch**: ``dataset[i]`` / ``__getitems__`` (worker, or trainer with ``num_workers=0``);
+* **collate**: ``collate_fn`` (same place as fetch);
+* **transport**: turning a worker's message back into a batch (trainer);
+* **wait**: how long the consumer was blocked in ``next()``: the one that costs GPU time.
+
+Always on: a few clock reads per batch (well under 2% of the tiny-sample workload, see
+BENCHMARKS.md). Set ``STOKER_PROFILE_SAMPLES=1`` to also time every sample, keep the
+slowest and log each one on the ``stoker.samples`` logger (debug level); when it is unset
+that code path is not entered at all.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PROFILE_SAMPLES", "LoaderStats", "StatsRecorder"]
+
+PROFILE_SAMPLES = os.environ.get("STOKER_PROFILE_SAMPLES", "") not in ("", "0")
+_KEEP_SLOWEST = 10
+
+
+@dataclass
+class LoaderStats:
+    """A snapshot of a loader's statistics (``loader.stats()``).
+
+    Times are seconds summed over the batches counted; ``*_per_batch_ms`` divide them.
+    Fetch and collate are summed over workers, so with N workers they can exceed the
+    wall time N-fold. ``slowest_batches`` and ``slowest_samples`` hold ``(seconds,
+    what)`` pairs, slowest first (samples only with ``STOKER_PROFILE_SAMPLES=1``).
+
+    Example:
+        >>> import numpy as np
+        >>> from stoker import ArrayDataset, DataLoader
+        >>> loader = DataLoader(ArrayDataset(np.arange(8)), batch_size=4)
+        >>> _ = list(loader)
+        >>> loader.stats().batches
+        2
+    """
+
+    batches: int = 0
+    samples: int = 0
+    wall_s: float = 0.0
+    sampling_s: float = 0.0
+    fetch_s: float = 0.0
+    collate_s: float = 0.0
+    transport_s: float = 0.0
+    wait_s: float = 0.0
+    num_workers: int = 0
+    worker_busy_s: dict[int, float] = field(default_factory=dict)
+    bytes_in_flight: int = 0
+    slowest_batches: list[tuple[float, Any]] = field(default_factory=list)
+    slowest_samples: list[tuple[float, Any]] = field(default_factory=list)
+
+    @property
+    def batches_per_s(self) -> float:
+        return self.batches / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+    def per_batch_ms(self, stage: str) -> float:
+        return 1000 * getattr(self, f"{stage}_s") / self.batches if self.batches else 0.0
+
+    @property
+    def worker_utilisation(self) -> float:
+        """Share of the workers' wall time spent loading (0..1); 0 without workers."""
+        if not self.num_workers or self.wall_s <= 0:
+            return 0.0
+        return min(1.0, sum(self.worker_busy_s.values()) / (self.wall_s * self.num_workers))
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.batches} batches, {self.samples} samples in {self.wall_s:.2f} s: "
+            f"{self.batches_per_s:,.1f} batches/s, {self.samples_per_s:,.0f} samples/s",
+            "per batch: " + ", ".join(
+                f"{stage} {self.per_batch_ms(stage):.3f} ms"
+                for stage in ("sampling", "fetch", "collate", "transport", "wait")
+            ),
+        ]
+        if self.num_workers:
+            lines.append(
+                f"{self.num_workers} workers, {100 * self.worker_utilisation:.0f}% busy; "
+                f"{self.bytes_in_flight / 2**20:.1f} MiB in flight"
+            )
+        if self.slowest_batches:
+            seconds, what = self.slowest_batches[0]
+            lines.append(f"slowest batch: {1000 * seconds:.2f} ms ({what})")
+        for seconds, what in self.slowest_samples[:3]:
+            lines.append(f"slow sample: {1000 * seconds:.2f} ms (index {what!r})")
+        return "\n".join(lines)
+
+
+class StatsRecorder:
+    """The loader's running totals; the engine adds to them, ``snapshot()`` reads them."""
+
+    __slots__ = ("_first", "_last", "_slow_batches", "_slow_samples", "stats")
+
+    def __init__(self, num_workers: int) -> None:
+        self.stats = LoaderStats(num_workers=num_workers)
+        self._first = 0.0
+        self._last = 0.0
+        self._slow_batches: list[tuple[float, int, Any]] = []
+        self._slow_samples: list[tuple[float, int, Any]] = []
+
+    def delivered(self, waited_s: float) -> None:
+        """A batch reached the consumer, who waited ``waited_s`` in ``next()`` for it."""
+        now = time.perf_counter()
+        stats = self.stats
+        if not stats.batches:
+            self._first = now - waited_s
+        self._last = now
+        stats.batches += 1
+        stats.wait_s += waited_s
+
+    def loaded(
+        self, worker_id: int, samples: int, fetch_s: float, collate_s: float, what: Any, slow: tuple[Any, ...] = ()
+    ) -> None:
+        """A batch of ``samples`` was fetched and collated (by worker ``worker_id``, -1: trainer)."""
+        stats = self.stats
+        stats.samples += samples
+        stats.fetch_s += fetch_s
+        stats.collate_s += collate_s
+        busy = fetch_s + collate_s
+        if worker_id >= 0:
+            stats.worker_busy_s[worker_id] = stats.worker_busy_s.get(worker_id, 0.0) + busy
+        heap = self._slow_batches
+        if len(heap) < _KEEP_SLOWEST or busy > heap[0][0]:  # most batches stop here
+            _keep(heap, busy, what)
+        for seconds, index in slow:
+            _keep(self._slow_samples, seconds, index)
+
+    def snapshot(self, bytes_in_flight: int = 0) -> LoaderStats:
+        stats = self.stats
+        out = LoaderStats(**{k: getattr(stats, k) for k in stats.__dataclass_fields__})
+        out.worker_busy_s = dict(stats.worker_busy_s)
+        out.wall_s = self._last - self._first if stats.batches else 0.0
+        out.bytes_in_flight = bytes_in_flight
+        out.slowest_batches = [(s, w) for s, _, w in sorted(self._slow_batches, reverse=True)]
+        out.slowest_samples = [(s, w) for s, _, w in sorted(self._slow_samples, reverse=True)]
+        return out
+
+
+_tiebreak = iter(range(1 << 62))
+
+
+def _keep(heap: list[tuple[float, int, Any]], seconds: float, what: Any) -> None:
+    item = (seconds, next(_tiebreak), what)
+    if len(heap) < _KEEP_SLOWEST:
+        heapq.heappush(heap, item)
+    elif seconds > heap[0][0]:
+        heapq.heapreplace(heap, item)
