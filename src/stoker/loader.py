@@ -25,6 +25,7 @@ from stoker.datasets import is_iterable_dataset
 from stoker.bad_samples import BadSampleBudget, ErrorReport
 from stoker.profiling.stats import LoaderStats, StatsRecorder
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
+from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
 from stoker.engine.iterator import MultiWorkerIterator
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.pool import PoolState, WorkerPool
@@ -57,7 +58,9 @@ class DataLoader(Generic[T]):
         sampler: where indices come from; mutually exclusive with ``shuffle``.
         batch_sampler: yields whole index batches; mutually exclusive with
             ``batch_size``, ``shuffle``, ``sampler`` and ``drop_last``.
-        num_workers: background workers; 0 loads in the main process.
+        num_workers: background workers; 0 loads in the main process; ``"auto"``
+            starts with half the cores and adds workers while they cut the consumer's
+            wait, up to the cores this process may use (see :mod:`stoker.engine.autotune`).
         collate_fn: merges a list of samples into a batch (default:
             :func:`stoker.default_collate`).
         pin_memory: pin batches for fast host-to-device copies (torch only).
@@ -66,7 +69,8 @@ class DataLoader(Generic[T]):
         worker_init_fn: called in every worker with its id before it fetches.
         multiprocessing_context: ``"fork"``, ``"forkserver"``, ``"spawn"`` or a context.
         generator: seeds shuffling (int, ``numpy.random.Generator`` or ``torch.Generator``).
-        prefetch_factor: batches loaded in advance per worker (default 2 with workers).
+        prefetch_factor: batches loaded in advance per worker (default 2 with workers);
+            ``"auto"`` grows it while the consumer finds the buffer empty.
         persistent_workers: keep workers alive between epochs.
         pin_memory_device: accepted for compatibility; the current accelerator is used.
         in_order: deliver batches in sampler order (``False``: as soon as ready).
@@ -83,6 +87,10 @@ class DataLoader(Generic[T]):
             int, a fraction of the samples attempted (default ``0.01``: one in a
             hundred), or ``None`` for no limit. Past it the loader raises
             :class:`~stoker.bad_samples.TooManyBadSamples` with a summary.
+        memory_budget: bytes that batches in flight and shared-memory slots may hold
+            (default: a quarter of the memory available at construction). The slot pool
+            is sized within it from the measured batch size, and autotuning never grows
+            past it.
         worker_threads: cap on BLAS / OpenMP / torch threads inside each process
             worker (default 1, so N workers do not oversubscribe the cores); ``None``
             leaves the libraries' defaults.
@@ -102,7 +110,7 @@ class DataLoader(Generic[T]):
         shuffle: bool | None = None,
         sampler: Iterable[Any] | None = None,
         batch_sampler: Iterable[list[Any]] | None = None,
-        num_workers: int = 0,
+        num_workers: int | str = 0,
         collate_fn: Callable[[Any], Any] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
@@ -111,7 +119,7 @@ class DataLoader(Generic[T]):
         multiprocessing_context: Any = None,
         generator: Any = None,
         *,
-        prefetch_factor: int | None = None,
+        prefetch_factor: int | str | None = None,
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
@@ -121,8 +129,23 @@ class DataLoader(Generic[T]):
         worker_threads: int | None = 1,
         on_error: str = "raise",
         max_errors: int | float | None = 0.01,
+        memory_budget: int | None = None,
     ) -> None:
-        _check_int("num_workers", num_workers, minimum=0, hint="use num_workers=0 to load in the main process")
+        tune_workers = num_workers == "auto"
+        tune_prefetch = prefetch_factor == "auto"
+        if tune_workers:
+            num_workers = max(1, cpu_budget() // 2) if not is_iterable_dataset(dataset) else cpu_budget()
+        if tune_prefetch:
+            if num_workers == 0:
+                msg = "prefetch_factor='auto' tunes background workers' buffers; pass num_workers > 0 or 'auto'"
+                raise ValueError(msg)
+            prefetch_factor = 2
+        _check_int(
+            "num_workers", num_workers, minimum=0,
+            hint="use num_workers=0 to load in the main process, or 'auto' to let stoker tune it",
+        )
+        if memory_budget is not None:
+            _check_int("memory_budget", memory_budget, minimum=1, hint="bytes, or None for a quarter of available memory")
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
             msg = f"timeout must be a non-negative number of seconds (0: wait forever), got {timeout!r}"
             raise ValueError(msg)
@@ -233,12 +256,15 @@ class DataLoader(Generic[T]):
         self.max_errors = max_errors
         self._bad_samples = budget
         self._stats = StatsRecorder(num_workers)
+        self.memory_budget = memory_budget if memory_budget is not None else available_memory() // 4
+        self._autotune_flags = (tune_workers and not is_iterable_dataset(dataset), tune_prefetch)
         self._epoch = 0
         self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
         self._seed = 0 if is_torch_generator(generator) else resolve_base_seed(generator)
         self._progress: Progress | None = None
         self._resume: dict[str, Any] | None = None
         self._pool: WorkerPool | None = None
+        self._autotuner: AutoTuner | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self.collate_fn = collate_fn or (default_collate if self._auto_collation else default_convert)
         self._pin_warned = False
@@ -291,12 +317,14 @@ class DataLoader(Generic[T]):
             return _SingleProcessIterator(self, progress, index_iter, first_position)
         if not self.persistent_workers:
             pool = self._new_pool()
+            self._autotuner = self._new_autotuner()
             return MultiWorkerIterator(
                 self, pool, owns_pool=True, progress=progress, index_iter=index_iter, first_position=first_position
             )
         if self._pool is None or self._pool.state is not PoolState.RUNNING:
             self._pool = self._new_pool()
             self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
+            self._autotuner = self._new_autotuner()
         return MultiWorkerIterator(
             self, self._pool, owns_pool=False, progress=progress, index_iter=index_iter, first_position=first_position
         )
@@ -398,7 +426,8 @@ class DataLoader(Generic[T]):
         """
         pool = self._pool
         in_flight = pool.slots.nbytes if (pool is not None and pool.slots is not None) else 0
-        return self._stats.snapshot(in_flight)
+        tuner = self.__dict__.get("_autotuner")
+        return self._stats.snapshot(in_flight, tuner.history if tuner is not None else None)
 
     def error_report(self) -> ErrorReport:
         """Every sample skipped so far under ``on_error="skip"`` (empty otherwise).
@@ -426,6 +455,14 @@ class DataLoader(Generic[T]):
         if drawn is not None:
             return drawn
         return int(epoch_rng(self._seed, epoch).integers(0, 2**62))
+
+    def _new_autotuner(self) -> AutoTuner | None:
+        tune_workers, tune_prefetch = self._autotune_flags
+        if not (tune_workers or tune_prefetch):
+            return None
+        if self.__dict__.get("_autotuner") is not None and not self.persistent_workers:
+            return self._autotuner  # keep what earlier epochs learned
+        return AutoTuner(tune_workers, tune_prefetch, max_workers=cpu_budget(), memory_budget=self.memory_budget)
 
     def _deliver(self, batch: Any) -> Any:
         """The last step before a batch reaches the user (stoker.torch converts to tensors)."""

@@ -103,6 +103,8 @@ class MultiWorkerIterator:
         self._auto_collation = loader._auto_collation
         self._budget = loader._bad_samples
         self._recorder = loader._stats
+        self._autotune = loader._autotuner
+        self._memory_budget = loader.memory_budget
         ledger: Ledger | None = getattr(pool, "ledger", None)
         if ledger is None:
             ledger = pool.ledger = Ledger(load=[0] * pool.num_workers)  # type: ignore[attr-defined]
@@ -149,7 +151,10 @@ class MultiWorkerIterator:
                     item = item.batch
                 if isinstance(item, _Raise):
                     raise item.error
-                self._recorder.delivered(time.perf_counter() - entered)
+                waited = time.perf_counter() - entered
+                self._recorder.delivered(waited)
+                if self._autotune is not None:
+                    self._autotune.batch_delivered(waited, self)
                 return self._deliver(item)
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
             if not self._mine_pending() and self._sources_done:
@@ -274,6 +279,7 @@ class MultiWorkerIterator:
         if isinstance(message, Done):
             if stale:
                 return
+            self._recorder.stats.worker_idle_s += message.idle_s
             self._recorder.loaded(
                 worker_id,
                 len(pending.indices) if (self._auto_collation and pending.indices is not None) else 1,
@@ -311,6 +317,39 @@ class MultiWorkerIterator:
         else:
             raise AssertionError(f"unexpected message from worker {worker_id}: {message!r}")
 
+    # -- autotuning (stoker.engine.autotune) --------------------------------------
+    @property
+    def _batch_bytes(self) -> int | None:
+        return getattr(self._pool, "batch_bytes", None)
+
+    def _add_worker(self) -> None:
+        pool = self._pool
+        worker_id = pool.add_worker()
+        self._ledger.load.append(0)
+        self._active.append(True)
+        self._recent_slots.append([])
+        pool.send(worker_id, StartEpoch(self._epoch, self._seed))
+        self._loader.num_workers = pool.num_workers
+        self._recorder.stats.num_workers = pool.num_workers
+        if pool.slots is not None:
+            pool.slots.grow(self._slot_count())
+        self._dispatch()
+
+    def _set_prefetch(self, prefetch: int) -> None:
+        self._per_worker = prefetch
+        self._loader.prefetch_factor = prefetch
+        if self._pool.slots is not None:
+            self._pool.slots.grow(self._slot_count())
+        self._dispatch()
+
+    def _slot_count(self) -> int:
+        """Slots for the batches in flight plus two held by the consumer, within the memory budget."""
+        wanted = self._per_worker * self._pool.num_workers + 2
+        size = self._pool.slots.slot_size if self._pool.slots is not None else 0
+        if size:
+            wanted = min(wanted, max(2, self._memory_budget // size))
+        return wanted
+
     def _warn_unsharded(self) -> None:
         pool = self._pool
         if pool.num_workers < 2 or getattr(pool, "warned_unsharded", False):
@@ -330,10 +369,23 @@ class MultiWorkerIterator:
         if pool.slots is not None or ledger.shm_disabled or not shm.shm_available():
             return
         nbytes, arrays = transport.array_bytes(batch)
+        if getattr(pool, "batch_bytes", None) is None:
+            pool.batch_bytes = nbytes  # type: ignore[attr-defined]
         if nbytes < transport.SHM_MIN_BATCH_BYTES:
             return
-        count = self._per_worker * pool.num_workers + 2  # in flight + held by the consumer
         size = int(nbytes * _SLOT_HEADROOM) + 64 * arrays + 4096
+        count = self._per_worker * pool.num_workers + 2  # in flight + held by the consumer
+        if count * size > self._memory_budget:
+            fitting = max(2, self._memory_budget // size)
+            warnings.warn(
+                f"memory_budget={self._memory_budget / 2**20:.0f} MiB holds {fitting} batches of "
+                f"{nbytes / 2**20:.1f} MiB, fewer than the {count} that num_workers={pool.num_workers} x "
+                f"prefetch_factor={self._per_worker} (+2 held by you) would keep in flight: loading is "
+                "throttled to fit. Raise memory_budget, or lower batch_size or prefetch_factor.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            count = fitting
         try:
             pool.slots = shm.SlotPool(count, size, prefix=pool.prefix)
         except ShmError as exc:

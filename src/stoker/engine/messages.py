@@ -93,6 +93,7 @@ class Done:
     fetch_s: float = 0.0  # stage times in the worker (see stoker.profiling.stats)
     collate_s: float = 0.0
     slow: tuple[Any, ...] = ()  # (seconds, index) of its slowest samples, STOKER_PROFILE_SAMPLES=1
+    idle_s: float = 0.0  # time the worker waited for work since its previous answer (autotuning)
 
     __reduce__ = _reduce
 

@@ -209,6 +209,17 @@ class WorkerPool:
                 self._workers[worker_id].tasks.send_bytes(self._payload)
         self._unsent.clear()
 
+    def add_worker(self) -> int:
+        """Starts one more worker (autotuning); returns its id."""
+        worker_id = self.num_workers
+        self._close_selector()
+        self._workers.append(None)
+        self._stack_files.append(None)
+        self.num_workers += 1
+        self._start(worker_id)
+        self._send_specs()
+        return worker_id
+
     def restart(self, worker_id: int) -> None:
         """Replaces a dead worker with a fresh one under the same id."""
         self._close_selector()

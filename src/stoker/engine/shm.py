@@ -295,6 +295,19 @@ class SlotPool:
         return sum(slot.size for slot in self._slots)
 
     @property
+    def capacity(self) -> int:
+        """The most slots the pool will create."""
+        return self._capacity
+
+    @property
+    def slot_size(self) -> int:
+        return self._size
+
+    def grow(self, count: int) -> None:
+        """Allows ``count`` slots in all (autotuning a deeper prefetch); never shrinks."""
+        self._capacity = max(self._capacity, count)
+
+    @property
     def num_free(self) -> int:
         """Slots that :meth:`acquire` can hand out now: free ones and ones not yet created."""
         return len(self._free) + self._capacity - len(self._slots)

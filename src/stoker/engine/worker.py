@@ -18,6 +18,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -108,8 +109,11 @@ def run_worker(
         send(failure(-1, epoch, worker_id, exc), None)
         return
     send(Ready(worker_id, os.getpid()), None)
+    idle = 0.0
     while True:
+        waiting = perf_counter()
         message = receive()
+        idle += perf_counter() - waiting
         if message is None:
             return
         if isinstance(message, StartEpoch):
@@ -158,10 +162,11 @@ def run_worker(
         if isinstance(fetcher, MapFetcher):
             done = Done(
                 task.task_id, epoch, worker_id, batch, used, overflow, shards, fetcher.take_skipped(), False,
-                fetcher.fetch_s, fetcher.collate_s, fetcher.slow_samples,
+                fetcher.fetch_s, fetcher.collate_s, fetcher.slow_samples, idle,
             )
         else:
-            done = Done(task.task_id, epoch, worker_id, batch, used, overflow, shards)
+            done = Done(task.task_id, epoch, worker_id, batch, used, overflow, shards, idle_s=idle)
+        idle = 0.0
         send(done, allocator)
 
 

@@ -56,6 +56,8 @@ class LoaderStats:
     wait_s: float = 0.0
     num_workers: int = 0
     worker_busy_s: dict[int, float] = field(default_factory=dict)
+    worker_idle_s: float = 0.0  # all workers' time waiting for a task (autotuning reads it)
+    autotune: list[str] = field(default_factory=list)
     bytes_in_flight: int = 0
     slowest_batches: list[tuple[float, Any]] = field(default_factory=list)
     slowest_samples: list[tuple[float, Any]] = field(default_factory=list)
@@ -97,6 +99,7 @@ class LoaderStats:
             lines.append(f"slowest batch: {1000 * seconds:.2f} ms ({what})")
         for seconds, what in self.slowest_samples[:3]:
             lines.append(f"slow sample: {1000 * seconds:.2f} ms (index {what!r})")
+        lines += [f"autotune: {decision}" for decision in self.autotune]
         return "\n".join(lines)
 
 
@@ -139,12 +142,13 @@ class StatsRecorder:
         for seconds, index in slow:
             _keep(self._slow_samples, seconds, index)
 
-    def snapshot(self, bytes_in_flight: int = 0) -> LoaderStats:
+    def snapshot(self, bytes_in_flight: int = 0, autotune: list[str] | None = None) -> LoaderStats:
         stats = self.stats
         out = LoaderStats(**{k: getattr(stats, k) for k in stats.__dataclass_fields__})
         out.worker_busy_s = dict(stats.worker_busy_s)
         out.wall_s = self._last - self._first if stats.batches else 0.0
         out.bytes_in_flight = bytes_in_flight
+        out.autotune = list(autotune or [])
         out.slowest_batches = [(s, w) for s, _, w in sorted(self._slow_batches, reverse=True)]
         out.slowest_samples = [(s, w) for s, _, w in sorted(self._slow_samples, reverse=True)]
         return out

@@ -1,0 +1,125 @@
+"""``num_workers="auto"`` and ``prefetch_factor="auto"``: tuned online, within budgets.
+
+In the spirit of tf.data's AUTOTUNE, measured rather than guessed: every tuning window
+(at least :data:`WINDOW_BATCHES` batches and :data:`WINDOW_S` seconds) the tuner looks at
+what the consumer experienced and what the workers did:
+
+* the consumer waited for more than :data:`WAIT_SHARE` of the window **and** the workers
+  were busy (they waited for a task less than ``1 -`` :data:`BUSY_SHARE` of their time):
+  parallelism is short, so a worker is added, while workers stay within the CPU budget
+  (the cores this process may use);
+* the consumer waited **but** the workers sat idle waiting for tasks: the read-ahead is
+  too short to keep them fed, so it grows (``prefetch_factor`` + 1, up to
+  :data:`MAX_PREFETCH`);
+* either step is taken only if the memory it commits, one batch's bytes x (workers x
+  prefetch + 2), stays within the RAM budget (``memory_budget=``, by default a quarter of
+  the memory available when the loader starts).
+
+Growth only: a worker is never taken away mid-run, which keeps the schedule simple and
+the batches' order unaffected (it never depends on the workers). Every decision is kept
+in :attr:`AutoTuner.history` and shown by ``loader.stats()``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["AutoTuner", "available_memory", "cpu_budget"]
+
+WINDOW_BATCHES = 8
+WINDOW_S = 0.25
+WAIT_SHARE = 0.10
+BUSY_SHARE = 0.75
+MAX_PREFETCH = 8
+
+
+def cpu_budget() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int:
+    """MemAvailable from /proc/meminfo, in bytes (a large default where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
+
+
+@dataclass
+class AutoTuner:
+    """Grows workers and prefetch while they cut the consumer's wait (see module doc)."""
+
+    tune_workers: bool
+    tune_prefetch: bool
+    max_workers: int
+    memory_budget: int
+    history: list[str] = field(default_factory=list)
+    _window_start: float = 0.0
+    _window_batches: int = 0
+    _window_wait: float = 0.0
+    _idle_start: float = 0.0
+
+    def batch_delivered(self, waited_s: float, iterator: Any) -> None:
+        """Called by the iterator after every batch; decides at the end of each window."""
+        now = time.perf_counter()
+        if not self._window_start:
+            self._begin(now, iterator)
+            return
+        self._window_batches += 1
+        self._window_wait += waited_s
+        elapsed = now - self._window_start
+        if self._window_batches < WINDOW_BATCHES or elapsed < WINDOW_S:
+            return
+        workers = iterator._pool.num_workers
+        idle = iterator._recorder.stats.worker_idle_s - self._idle_start
+        busy_share = max(0.0, 1 - idle / (elapsed * workers)) if workers else 1.0
+        wait_share = self._window_wait / elapsed
+        if wait_share > WAIT_SHARE:
+            batch_bytes = iterator._batch_bytes or 0
+            if busy_share > BUSY_SHARE:
+                if self.tune_workers and workers < self.max_workers and self._fits(
+                    batch_bytes, workers + 1, iterator._per_worker
+                ):
+                    iterator._add_worker()
+                    self.history.append(
+                        f"worker {workers} added: consumer waited {100 * wait_share:.0f}% of the time, "
+                        f"workers {100 * min(busy_share, 1):.0f}% busy"
+                    )
+            elif self.tune_prefetch and iterator._per_worker < MAX_PREFETCH:  # workers starved of tasks
+                if self._fits(batch_bytes, workers, iterator._per_worker + 1):
+                    iterator._set_prefetch(iterator._per_worker + 1)
+                    self.history.append(
+                        f"prefetch_factor raised to {iterator._per_worker}: consumer waited "
+                        f"{100 * wait_share:.0f}% of the time, workers {100 * min(busy_share, 1):.0f}% busy"
+                    )
+        self._begin(now, iterator)
+
+    def _begin(self, now: float, iterator: Any) -> None:
+        self._window_start = now
+        self._window_batches = 0
+        self._window_wait = 0.0
+        self._idle_start = iterator._recorder.stats.worker_idle_s
+
+    def _fits(self, batch_bytes: int, workers: int, prefetch: int) -> bool:
+        need = batch_bytes * (workers * prefetch + 2)
+        if need <= self.memory_budget:
+            return True
+        note = (
+            f"held at {workers if not self.history else 'current'} settings: {workers} workers x prefetch "
+            f"{prefetch} would hold {need / 2**20:.0f} MiB of batches, over the {self.memory_budget / 2**20:.0f} "
+            "MiB memory budget"
+        )
+        if not self.history or self.history[-1] != note:
+            self.history.append(note)
+        return False

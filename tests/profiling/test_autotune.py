@@ -1,0 +1,98 @@
+"""num_workers="auto" / prefetch_factor="auto": growth where it helps, within the budgets."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from stoker import DataLoader, IterableDataset
+from stoker.engine.autotune import cpu_budget
+
+
+class CpuBound:
+    """Pure-Python work per sample: one worker cannot keep up with a waiting consumer."""
+
+    def __init__(self, n: int = 160) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        end = time.perf_counter() + 0.004
+        while time.perf_counter() < end:
+            pass
+        return np.full(3, i)
+
+
+@pytest.mark.skipif(cpu_budget() < 2, reason="growing workers needs at least two cores")
+def test_auto_adds_workers_while_they_cut_the_wait() -> None:
+    loader = DataLoader(CpuBound(), batch_size=2, num_workers="auto", persistent_workers=True)
+    assert loader.num_workers == max(1, cpu_budget() // 2)
+    indices = sorted(int(v) for batch in loader for v in batch[:, 0])
+    assert indices == list(range(160))  # growing mid-epoch loses and repeats nothing
+    assert loader.num_workers == cpu_budget()
+    history = loader.stats().autotune
+    assert history[0].startswith(f"worker {cpu_budget() // 2} added: consumer waited ")
+    assert "autotune: worker" in str(loader.stats())
+    loader.close()
+
+
+def test_auto_never_exceeds_the_cpu_budget() -> None:
+    loader = DataLoader(CpuBound(120), batch_size=2, num_workers="auto", prefetch_factor="auto")
+    list(loader)
+    assert loader.num_workers <= cpu_budget()
+    assert loader.prefetch_factor <= 8
+
+
+class Big:
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int):
+        return np.full((64, 1024), i, dtype=np.float32)  # 256 KiB per sample
+
+
+def test_the_memory_budget_caps_the_slot_pool_and_says_so() -> None:
+    batch_bytes = 4 * 64 * 1024 * 4
+    loader = DataLoader(Big(), batch_size=4, num_workers=2, memory_budget=3 * batch_bytes)
+    with pytest.warns(RuntimeWarning, match=r"memory_budget=3 MiB holds 2 batches of 1\.0 MiB, fewer than the 6"):
+        values = [int(b[0, 0, 0]) for b in loader]
+    assert values == list(range(0, 24, 4))
+
+
+def test_autotuning_stays_within_the_memory_budget() -> None:
+    batch_bytes = 4 * 64 * 1024 * 4
+    loader = DataLoader(
+        Big(), batch_size=4, num_workers="auto", prefetch_factor="auto", memory_budget=100 * batch_bytes
+    )
+    list(loader)
+    assert batch_bytes * (loader.num_workers * loader.prefetch_factor + 2) <= 100 * batch_bytes
+
+
+def test_auto_for_an_iterable_dataset_is_fixed_at_the_cores() -> None:
+    class Stream(IterableDataset):
+        def __iter__(self):
+            from stoker import get_worker_info
+
+            info = get_worker_info()
+            return iter(range(info.id, 10, info.num_workers))
+
+    loader = DataLoader(Stream(), batch_size=2, num_workers="auto")
+    assert loader.num_workers == cpu_budget()
+    assert sorted(int(v) for b in loader for v in b) == list(range(10))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prefetch_factor": "auto"}, "prefetch_factor='auto' tunes background workers' buffers"),
+        ({"num_workers": "many"}, r"num_workers must be an integer >= 0, got 'many' \(.*'auto'"),
+        ({"num_workers": 1, "memory_budget": 0}, "memory_budget must be a positive integer, got 0"),
+    ],
+)
+def test_bad_auto_arguments(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        DataLoader(CpuBound(), **kwargs)
