@@ -29,8 +29,8 @@ from typing import Any
 
 __all__ = ["AutoTuner", "available_memory", "cpu_budget"]
 
-WINDOW_BATCHES = 8
-WINDOW_S = 0.25
+WINDOW_BATCHES = 4
+WINDOW_S = 0.1
 WAIT_SHARE = 0.10
 BUSY_SHARE = 0.75
 MAX_PREFETCH = 8
