@@ -265,6 +265,7 @@ class DataLoader(Generic[T]):
         self._resume: dict[str, Any] | None = None
         self._pool: WorkerPool | None = None
         self._autotuner: AutoTuner | None = None
+        self._live_pool: weakref.ref[WorkerPool] | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self.collate_fn = collate_fn or (default_collate if self._auto_collation else default_convert)
         self._pin_warned = False
@@ -317,6 +318,7 @@ class DataLoader(Generic[T]):
             return _SingleProcessIterator(self, progress, index_iter, first_position)
         if not self.persistent_workers:
             pool = self._new_pool()
+            self._live_pool = weakref.ref(pool)  # for stats(); the iterator owns it
             self._autotuner = self._new_autotuner()
             return MultiWorkerIterator(
                 self, pool, owns_pool=True, progress=progress, index_iter=index_iter, first_position=first_position
@@ -425,9 +427,14 @@ class DataLoader(Generic[T]):
         See :mod:`stoker.profiling.stats` for the stages. Cheap enough to leave on.
         """
         pool = self._pool
+        if pool is None and self._live_pool is not None:
+            pool = self._live_pool()
+        if pool is not None and pool.state is not PoolState.RUNNING:
+            pool = None
         in_flight = pool.slots.nbytes if (pool is not None and pool.slots is not None) else 0
         tuner = self.__dict__.get("_autotuner")
-        return self._stats.snapshot(in_flight, tuner.history if tuner is not None else None)
+        pids = dict(pool.pids) if (pool is not None and pool.mode == "process") else None
+        return self._stats.snapshot(in_flight, tuner.history if tuner is not None else None, pids)
 
     def error_report(self) -> ErrorReport:
         """Every sample skipped so far under ``on_error="skip"`` (empty otherwise).

@@ -23,6 +23,7 @@ import numpy as np
 
 from stoker._errors import ShmError, WorkerError
 from stoker._progress import Progress
+from stoker.profiling.memory import GrowthWatch
 from stoker.engine import shm, transport
 from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task
 from stoker.engine.pool import Death, PoolState, WorkerPool
@@ -104,6 +105,7 @@ class MultiWorkerIterator:
         self._budget = loader._bad_samples
         self._recorder = loader._stats
         self._autotune = loader._autotuner
+        self._memory_watch = pool.__dict__.setdefault("memory_watch", GrowthWatch())
         self._memory_budget = loader.memory_budget
         ledger: Ledger | None = getattr(pool, "ledger", None)
         if ledger is None:
@@ -153,6 +155,8 @@ class MultiWorkerIterator:
                     raise item.error
                 waited = time.perf_counter() - entered
                 self._recorder.delivered(waited)
+                if self._pool.mode == "process":
+                    self._memory_watch.check(self._pool.pids, self._recorder.stats.batches)
                 if self._autotune is not None:
                     self._autotune.batch_delivered(waited, self)
                 return self._deliver(item)

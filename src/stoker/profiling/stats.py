@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from stoker.profiling.memory import ProcessMemory, process_memory
+
 __all__ = ["PROFILE_SAMPLES", "LoaderStats", "StatsRecorder"]
 
 PROFILE_SAMPLES = os.environ.get("STOKER_PROFILE_SAMPLES", "") not in ("", "0")
@@ -57,6 +59,7 @@ class LoaderStats:
     num_workers: int = 0
     worker_busy_s: dict[int, float] = field(default_factory=dict)
     worker_idle_s: float = 0.0  # all workers' time waiting for a task (autotuning reads it)
+    memory: dict[str, ProcessMemory] = field(default_factory=dict)  # "trainer", "worker 0", ...
     autotune: list[str] = field(default_factory=list)
     bytes_in_flight: int = 0
     slowest_batches: list[tuple[float, Any]] = field(default_factory=list)
@@ -99,6 +102,11 @@ class LoaderStats:
             lines.append(f"slowest batch: {1000 * seconds:.2f} ms ({what})")
         for seconds, what in self.slowest_samples[:3]:
             lines.append(f"slow sample: {1000 * seconds:.2f} ms (index {what!r})")
+        if self.memory:
+            lines.append(
+                "memory (unique / proportional MiB): "
+                + ", ".join(f"{who} {m.uss / 2**20:.0f} / {m.pss / 2**20:.0f}" for who, m in self.memory.items())
+            )
         lines += [f"autotune: {decision}" for decision in self.autotune]
         return "\n".join(lines)
 
@@ -142,13 +150,19 @@ class StatsRecorder:
         for seconds, index in slow:
             _keep(self._slow_samples, seconds, index)
 
-    def snapshot(self, bytes_in_flight: int = 0, autotune: list[str] | None = None) -> LoaderStats:
+    def snapshot(
+        self, bytes_in_flight: int = 0, autotune: list[str] | None = None, pids: dict[int, int] | None = None
+    ) -> LoaderStats:
         stats = self.stats
         out = LoaderStats(**{k: getattr(stats, k) for k in stats.__dataclass_fields__})
         out.worker_busy_s = dict(stats.worker_busy_s)
         out.wall_s = self._last - self._first if stats.batches else 0.0
         out.bytes_in_flight = bytes_in_flight
         out.autotune = list(autotune or [])
+        for who, pid in [("trainer", os.getpid()), *((f"worker {w}", p) for w, p in sorted((pids or {}).items()))]:
+            memory = process_memory(pid)
+            if memory is not None:
+                out.memory[who] = memory
         out.slowest_batches = [(s, w) for s, _, w in sorted(self._slow_batches, reverse=True)]
         out.slowest_samples = [(s, w) for s, _, w in sorted(self._slow_samples, reverse=True)]
         return out
