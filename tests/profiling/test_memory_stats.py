@@ -71,3 +71,24 @@ def test_compact_paths_stay_flat_in_workers(monkeypatch) -> None:
             last = loader.stats().memory["worker 0"].uss
     assert first is not None
     assert last - first < 8 * 2**20  # flat: reading compact paths dirties no pages
+
+
+class HoldsAnArray:
+    """Reports whether its big array is a private copy in the worker or shared memory."""
+
+    def __init__(self) -> None:
+        self.array = np.arange(4 * 2**20, dtype=np.float64)  # 32 MiB
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        return bool(self.array.flags.owndata), float(self.array[i * 1000])
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_spawned_workers_share_the_datasets_arrays_instead_of_copying_them(context) -> None:
+    loader = DataLoader(HoldsAnArray(), batch_size=2, num_workers=2, multiprocessing_context=context)
+    owned, values = zip(*[(o, v) for batch in loader for o, v in zip(*batch)])
+    assert values == (0.0, 1000.0, 2000.0, 3000.0)
+    assert not any(owned)  # each worker maps the one shared copy

@@ -122,7 +122,8 @@ class MultiWorkerIterator:
         self._sources_done = False
         self._finalizer = weakref.finalize(self, pool.shutdown) if owns_pool else None
         for worker_id in range(pool.num_workers):
-            pool.send(worker_id, StartEpoch(epoch, seed))
+            if pool.is_started(worker_id):
+                pool.send(worker_id, StartEpoch(epoch, seed))
         self._dispatch()
 
     def __iter__(self) -> MultiWorkerIterator:
@@ -252,19 +253,24 @@ class MultiWorkerIterator:
             for step in range(n):
                 worker_id = (self._rotation + step) % n
                 if self._active[worker_id]:
-                    if load[worker_id] >= cap:
+                    if load[worker_id] >= cap or not self._pool.is_started(worker_id):
                         return None
                     self._rotation = (worker_id + 1) % n
                     return worker_id
             self._sources_done = True
             return None
-        worker_id = min(range(len(load)), key=load.__getitem__)
+        candidates: Any = range(len(load))
+        if self._pool.deferred:  # a staggered start: only started workers take tasks
+            candidates = [w for w in candidates if self._pool.is_started(w)]
+        worker_id = min(candidates, key=load.__getitem__)
         return worker_id if load[worker_id] < cap else None
 
     # -- receiving ---------------------------------------------------------------
     def _receive(self, worker_id: int, message: Any, leased: set[int]) -> None:
         if isinstance(message, Ready):
             self._pool.pids[worker_id] = message.pid
+            for started in self._pool.start_deferred():  # the staggered start's second step
+                self._pool.send(started, StartEpoch(self._epoch, self._seed))
             return
         if isinstance(message, Failed) and message.task_id == -1:
             error = _rebuild(message, "in worker_init_fn or while starting the worker", None)

@@ -49,7 +49,9 @@ __all__ = [
     "SlotPool",
     "SlotRef",
     "attach",
+    "free_bytes",
     "lease_oneoff",
+    "map_shared",
     "new_prefix",
     "remove_orphaned_segments",
     "shm_available",
@@ -117,7 +119,9 @@ class OneoffWriter:
 
     __slots__ = ("_fd", "ref", "used")
 
-    def __init__(self, prefix: str, size: int) -> None:
+    def __init__(self, prefix: str, size: int, *, shared: bool = False) -> None:
+        """``shared``: several processes map it and its owner unlinks it (a dataset sent to
+        spawned workers); otherwise the one reader unlinks it on arrival."""
         name = f"{prefix}-w{os.getpid()}-{secrets.token_hex(4)}"
         size = _round_up(max(size, 1), mmap.PAGESIZE)
         self._fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -127,7 +131,7 @@ class OneoffWriter:
             self.close()
             _unlink(name)
             raise
-        self.ref = SlotRef(-1, name, size)
+        self.ref = SlotRef(-2 if shared else -1, name, size)
         self.used = 0
 
     def place(self, array: np.ndarray) -> int | None:
@@ -160,6 +164,22 @@ def lease_oneoff(name: str, size: int) -> object:
     mm = attach(name, size)
     _unlink(name)
     return (ctypes.c_ubyte * size).from_buffer(mm)
+
+
+_shared_maps: dict[str, object] = {}
+
+
+def map_shared(name: str, size: int) -> object:
+    """Maps a shared segment once per process (read-mostly data: a spawned worker's dataset)."""
+    buffer = _shared_maps.get(name)
+    if buffer is None:
+        buffer = _shared_maps[name] = (ctypes.c_ubyte * size).from_buffer(attach(name, size))
+    return buffer
+
+
+def free_bytes() -> int:
+    """Bytes free in /dev/shm."""
+    return _free_shm_bytes()
 
 
 def sweep(prefix: str) -> None:

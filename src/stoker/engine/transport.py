@@ -36,9 +36,11 @@ def encode(message: Any, allocator: SlotAllocator | shm.OneoffWriter | None) -> 
     if allocator is not None:
         torch = sys.modules.get("torch")
         tensor_type = torch.Tensor if torch is not None else None
-        slot_key: int | tuple[str, int] = allocator.ref.index
-        if slot_key == -1:  # a one-off segment: the trainer finds it by name
+        slot_key: int | tuple[Any, ...] = allocator.ref.index
+        if slot_key == -1:  # a one-off segment: the trainer finds it by name, then unlinks it
             slot_key = (allocator.ref.name, allocator.ref.size)
+        elif slot_key == -2:  # a shared segment (a dataset sent to spawned workers): kept
+            slot_key = (allocator.ref.name, allocator.ref.size, True)
 
         def persistent_id(obj: Any) -> Any:
             kind = type(obj)
@@ -77,7 +79,9 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any
         tag, slot_key, offset, shape, dtype_str = ref
         buffer = leases.get(slot_key)
         if buffer is None:
-            if isinstance(slot_key, tuple):
+            if isinstance(slot_key, tuple) and len(slot_key) == 3:
+                buffer = leases[slot_key] = shm.map_shared(slot_key[0], slot_key[1])
+            elif isinstance(slot_key, tuple):
                 buffer = leases[slot_key] = shm.lease_oneoff(*slot_key)
             else:
                 buffer = leases[slot_key] = lease(slot_key)

@@ -170,6 +170,10 @@ def run_worker(
         send(done, allocator)
 
 
+def _no_slots(index: int) -> object:
+    raise AssertionError(f"the worker spec referenced batch slot {index}")
+
+
 def _set_parent_death_signal() -> None:
     """Linux: the kernel SIGKILLs this worker when the trainer dies, however it dies."""
     if not sys.platform.startswith("linux"):
@@ -214,7 +218,7 @@ def process_worker_main(
     if trainer_gone():
         return
     if spec is None:
-        spec = pickle.loads(task_conn.recv_bytes())
+        spec, _ = transport.decode(task_conn.recv_bytes(), _no_slots)
     if spec.threads is not None:
         cap_threads(spec.threads)
     stack = open(stack_file, "w") if stack_file else None  # noqa: SIM115
