@@ -14,9 +14,14 @@ MODULES = [
     "stoker.collate",
     "stoker.compact",
     "stoker.datasets",
+    "stoker.doctor",
+    "stoker.formats.image_folder",
+    "stoker.formats.tar",
+    "stoker.formats.text",
     "stoker.randomness",
     "stoker.samplers",
     "stoker.sharding",
+    "stoker.vision",
 ]
 
 

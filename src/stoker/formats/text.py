@@ -1,0 +1,416 @@
+"""Text and JSON-lines files as iterable datasets, sharded over ranks and workers.
+
+:class:`TextLines` yields the lines of a set of text files, :class:`JsonLines` the parsed
+records of JSON-lines files (one JSON value per line). Both split their files over
+``(rank, worker)`` with :mod:`stoker.sharding`: whole files while there are at least as
+many files as readers, every ``k``-th record of a shared file when there are fewer. So
+every record is read exactly once per epoch, whatever the numbers of ranks and workers.
+
+Files come as a list, a glob pattern (``"data/*.jsonl.gz"``, ``**`` allowed) or a
+directory (read recursively, hidden names skipped). Patterns and directories are sorted,
+so every rank sees the same list; a list is kept in the order given. Paths are held in a
+:class:`~stoker.compact.StringArray`, so forked workers never copy them. Files ending in
+``.gz`` are decompressed on the fly.
+
+With ``shuffle_files=True`` the file order is shuffled per epoch from ``(seed, epoch)``;
+:class:`stoker.DataLoader` calls :meth:`~TextLines.set_epoch` itself at every epoch, a
+hand-written loop calls it like ``DistributedSampler.set_epoch``.
+
+Example:
+    >>> import os, tempfile
+    >>> from stoker import DataLoader
+    >>> folder = tempfile.mkdtemp()
+    >>> with open(os.path.join(folder, "a.jsonl"), "w") as f:
+    ...     _ = f.write('{"x": 1}\\n{"x": 2}\\n')
+    >>> [r["x"] for r in DataLoader(JsonLines(folder), batch_size=None)]
+    [1, 2]
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from stoker._errors import DatasetError
+from stoker._seeding import epoch_rng
+from stoker.compact import StringArray
+from stoker.datasets import IterableDataset
+from stoker.sharding import shard_records
+
+__all__ = ["JsonLines", "TextLines"]
+
+logger = logging.getLogger("stoker")
+
+_ON_ERROR = ("raise", "skip")
+_GLOB_CHARS = frozenset("*?[")
+_JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+_READ_ERRORS = (OSError, EOFError, UnicodeDecodeError)  # gzip.BadGzipFile is an OSError
+_SKIPPED = object()
+
+FileSpec = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+
+
+def _resolve_files(
+    files: Any,
+    *,
+    owner: str,
+    suffixes: tuple[str, ...] | None = None,
+    must_exist: Callable[[str], bool] | None = None,
+) -> StringArray:
+    """The list of files that ``files`` (a list, a glob pattern or a directory) names.
+
+    Patterns and directories are sorted (the same list on every rank); a list keeps its
+    order. ``suffixes`` filters a directory's files (case-insensitive). ``must_exist``
+    decides which list entries are checked on disk (default: all of them).
+    """
+    if isinstance(files, bytes):
+        msg = f"{owner} takes paths as str or os.PathLike, got bytes {files!r}; decode it first"
+        raise TypeError(msg)
+    if isinstance(files, (str, os.PathLike)):
+        spec = os.fspath(files)
+        if os.path.isdir(spec):
+            found = _walk(spec, suffixes)
+            where = f"the directory {spec!r}"
+            if suffixes:
+                where += f" (files ending in {', '.join(suffixes)})"
+        elif _GLOB_CHARS & set(spec):
+            found = sorted(p for p in glob.glob(spec, recursive=True) if os.path.isfile(p))
+            where = f"the pattern {spec!r}"
+        elif (must_exist is not None and not must_exist(spec)) or os.path.isfile(spec):
+            found, where = [spec], spec  # a URL, or one file
+        else:
+            msg = (
+                f"{owner}: {spec!r} is neither a file, a directory nor a glob pattern "
+                "(no such file). Pass existing paths, a directory or a pattern like 'data/*.txt'."
+            )
+            raise FileNotFoundError(msg)
+    else:
+        try:
+            entries = list(files)
+        except TypeError:
+            msg = (
+                f"{owner} takes a list of paths, a glob pattern or a directory, "
+                f"got {type(files).__name__}: {files!r}"
+            )
+            raise TypeError(msg) from None
+        found = []
+        for position, entry in enumerate(entries):
+            if not isinstance(entry, (str, os.PathLike)):
+                msg = (
+                    f"{owner}: entry {position} of the file list is a {type(entry).__name__} "
+                    f"({entry!r}); every entry must be a path (str or os.PathLike)"
+                )
+                raise TypeError(msg)
+            path = os.fspath(entry)
+            check = must_exist is None or must_exist(path)
+            if check and not os.path.isfile(path):
+                msg = f"{owner}: entry {position} of the file list, {path!r}, is not a file"
+                raise FileNotFoundError(msg)
+            found.append(path)
+        where = "the file list"
+    if not found:
+        msg = f"{owner}: {where} matched no files; check the path, or pass the files as a list"
+        raise ValueError(msg)
+    return StringArray(found)
+
+
+def _walk(root: str, suffixes: tuple[str, ...] | None) -> list[str]:
+    found = []
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            if name.startswith("."):
+                continue
+            if suffixes and not name.lower().endswith(suffixes):
+                continue
+            found.append(os.path.join(folder, name))
+    return sorted(found)
+
+
+def _check_option(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        msg = f"{name} must be one of {allowed}, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        msg = f"seed must be a non-negative integer, got {seed!r}"
+        raise ValueError(msg)
+    return int(seed)
+
+
+def _file_order(count: int, shuffle: bool, seed: int, epoch: int) -> list[int]:
+    """The file indices in the order epoch ``epoch`` reads them (the same on every rank)."""
+    if not shuffle:
+        return list(range(count))
+    return epoch_rng(seed, epoch).permutation(count).tolist()
+
+
+def _note(exc: BaseException, text: str) -> None:
+    add_note = getattr(exc, "add_note", None)  # Python >= 3.11
+    if add_note is not None:
+        add_note(text)
+
+
+class _LineFiles(IterableDataset[Any]):
+    """What TextLines and JsonLines share: files, sharding, epochs, bad-record policy."""
+
+    _suffixes: tuple[str, ...] | None = None
+
+    def __init__(
+        self,
+        files: FileSpec,
+        *,
+        encoding: str,
+        transform: Callable[[Any], Any] | None,
+        on_error: str,
+        shuffle_files: bool,
+        seed: int,
+        rank: int | None,
+        world_size: int | None,
+    ) -> None:
+        owner = type(self).__name__
+        if transform is not None and not callable(transform):
+            msg = f"transform must be callable (it receives one record) or None, got {transform!r}"
+            raise TypeError(msg)
+        if not isinstance(encoding, str):
+            msg = f"encoding must be a codec name such as 'utf-8', got {encoding!r}"
+            raise TypeError(msg)
+        self.files = _resolve_files(files, owner=owner, suffixes=self._suffixes)
+        self.encoding = encoding
+        self.transform = transform
+        self.on_error = _check_option("on_error", on_error, _ON_ERROR)
+        self.shuffle_files = bool(shuffle_files)
+        self.seed = _check_seed(seed)
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self.skipped = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch whose file order the next iteration uses (with ``shuffle_files``)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            msg = f"epoch must be a non-negative integer, got {epoch!r}"
+            raise ValueError(msg)
+        self.epoch = int(epoch)
+
+    def file_order(self, epoch: int | None = None) -> list[str]:
+        """The files in the order epoch ``epoch`` (default: the current one) reads them."""
+        epoch = self.epoch if epoch is None else epoch
+        return [
+            self.files[i]
+            for i in _file_order(len(self.files), self.shuffle_files, self.seed, epoch)
+        ]
+
+    def __iter__(self) -> Iterator[Any]:
+        order = _file_order(len(self.files), self.shuffle_files, self.seed, self.epoch)
+        records = shard_records(order, self._read_file, rank=self.rank, world_size=self.world_size)
+        for file_index, line_number, text in records:
+            value = self._record(file_index, line_number, text)
+            if value is not _SKIPPED:
+                yield value
+
+    # -- reading -------------------------------------------------------------------
+    def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:
+        """``(line number, text)`` of an open file's lines that are records, before sharding."""
+        raise NotImplementedError
+
+    def _read_file(self, file_index: int) -> Iterator[tuple[int, int, str]]:
+        path = self.files[file_index]
+        line_number = 0
+        try:
+            opener = gzip.open if path.lower().endswith(".gz") else open
+            with opener(path, "rt", encoding=self.encoding) as stream:
+                for line_number, text in self._lines(stream):  # reported on error
+                    yield file_index, line_number, text
+        except _READ_ERRORS as exc:
+            where = f"after line {line_number}" if line_number else "before the first line"
+            msg = (
+                f"{type(self).__name__} cannot read {path!r} ({where}): "
+                f"{type(exc).__name__}: {exc}. The file is truncated, corrupt or not "
+                f"{self.encoding!r} text; fix or remove it, or pass on_error='skip' to skip it."
+            )
+            if self.on_error == "raise":
+                raise DatasetError(msg) from exc
+            self.skipped += 1
+            logger.warning("skipped the rest of a file: %s", msg)
+
+    def _parse(self, text: str) -> Any:
+        return text
+
+    def _record(self, file_index: int, line_number: int, text: str) -> Any:
+        try:
+            value = self._parse(text)
+            return value if self.transform is None else self.transform(value)
+        except Exception as exc:
+            path = self.files[file_index]
+            if self.on_error == "skip":
+                self.skipped += 1
+                logger.warning(
+                    "skipped a bad record at %s, line %d: %s: %s",
+                    path,
+                    line_number,
+                    type(exc).__name__,
+                    exc,
+                )
+                return _SKIPPED
+            if isinstance(exc, json.JSONDecodeError):
+                snippet = text if len(text) <= 80 else text[:77] + "..."
+                msg = (
+                    f"{path}, line {line_number}: invalid JSON ({exc.msg} at column {exc.colno}): "
+                    f"{snippet!r}. Fix the line, or pass on_error='skip' to skip bad lines."
+                )
+                raise DatasetError(msg) from exc
+            _note(exc, f"while reading {path}, line {line_number}")
+            raise
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(self.files[i]) for i in range(min(2, len(self.files))))
+        more = ", ..." if len(self.files) > 2 else ""
+        noun = "file" if len(self.files) == 1 else "files"
+        return f"{type(self).__name__}({len(self.files)} {noun}: [{head}{more}])"
+
+
+class TextLines(_LineFiles):
+    """The lines of text files, split over ranks and workers.
+
+    Args:
+        files: a list of paths, a glob pattern or a directory (see the module docs);
+            ``.gz`` files are decompressed.
+        encoding: the files' text encoding.
+        strip: strip whitespace from both ends of each line; with ``False`` only the
+            line ending is removed.
+        skip_empty: leave out lines that are empty (after stripping).
+        transform: called on each line (a ``str``); its result is the sample.
+        on_error: ``"raise"`` (default) or ``"skip"``: a file that cannot be read or
+            decoded, or a line whose transform raises, is logged on the ``stoker``
+            logger, counted in :attr:`skipped` and left out.
+        shuffle_files: shuffle the file order every epoch (see :meth:`set_epoch`).
+        seed: seeds that shuffle.
+        rank, world_size: fix the distributed topology instead of finding it when
+            iteration starts (``torch.distributed``, then ``RANK`` / ``WORLD_SIZE``).
+
+    Attributes:
+        files: the paths, as a :class:`~stoker.compact.StringArray`.
+        skipped: bad files and lines skipped so far by this object (each worker
+            process counts its own).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> with open(path, "w") as f:
+        ...     _ = f.write(" hello \\n\\nworld\\n")
+        >>> list(TextLines([path], skip_empty=True))
+        ['hello', 'world']
+    """
+
+    def __init__(
+        self,
+        files: FileSpec,
+        *,
+        encoding: str = "utf-8",
+        strip: bool = True,
+        skip_empty: bool = False,
+        transform: Callable[[str], Any] | None = None,
+        on_error: str = "raise",
+        shuffle_files: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__(
+            files,
+            encoding=encoding,
+            transform=transform,
+            on_error=on_error,
+            shuffle_files=shuffle_files,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+        )
+        self.strip = bool(strip)
+        self.skip_empty = bool(skip_empty)
+
+    def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:
+        strip, skip_empty = self.strip, self.skip_empty
+        for number, line in enumerate(stream, start=1):
+            text = line.strip() if strip else (line[:-1] if line.endswith("\n") else line)
+            if skip_empty and not text:
+                continue
+            yield number, text
+
+
+class JsonLines(_LineFiles):
+    """The records of JSON-lines files (one JSON value per line), split over ranks and workers.
+
+    Blank lines are left out. A line that is not valid JSON raises
+    :class:`~stoker.DatasetError` naming the file and the line number, or with
+    ``on_error="skip"`` is logged, counted in :attr:`skipped` and left out.
+
+    Args:
+        files: a list of paths, a glob pattern or a directory (a directory contributes
+            its ``.jsonl``, ``.ndjson`` and ``.json`` files, gzipped or not).
+        transform: called on each parsed record; its result is the sample.
+        on_error: ``"raise"`` (default) or ``"skip"`` bad lines, unreadable files and
+            records whose transform raises.
+        encoding: the files' text encoding.
+        shuffle_files: shuffle the file order every epoch (see :meth:`set_epoch`).
+        seed: seeds that shuffle.
+        rank, world_size: fix the distributed topology (see :class:`TextLines`).
+
+    Attributes:
+        files: the paths, as a :class:`~stoker.compact.StringArray`.
+        skipped: bad lines and files skipped so far by this object (each worker
+            process counts its own).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.jsonl")
+        >>> with open(path, "w") as f:
+        ...     _ = f.write('{"id": 1}\\nnot json\\n{"id": 3}\\n')
+        >>> ds = JsonLines([path], on_error="skip", transform=lambda r: r["id"])
+        >>> list(ds), ds.skipped
+        ([1, 3], 1)
+    """
+
+    _suffixes = _JSON_SUFFIXES
+
+    def __init__(
+        self,
+        files: FileSpec,
+        *,
+        transform: Callable[[Any], Any] | None = None,
+        on_error: str = "raise",
+        encoding: str = "utf-8",
+        shuffle_files: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__(
+            files,
+            encoding=encoding,
+            transform=transform,
+            on_error=on_error,
+            shuffle_files=shuffle_files,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+        )
+
+    def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:
+        for number, line in enumerate(stream, start=1):
+            if line.strip():
+                yield number, line
+
+    def _parse(self, text: str) -> Any:
+        return json.loads(text)

@@ -1,0 +1,226 @@
+"""Decoding encoded images to ``(H, W, C)`` uint8 numpy arrays, at reduced scale when asked.
+
+JPEGs go through libjpeg-turbo (`simplejpeg`_) when it is installed, everything else (and
+JPEGs without simplejpeg, and CMYK JPEGs) through Pillow. Both decoders use the same
+libjpeg-turbo scaling, so a ``size_hint`` gives the same reduced shape either way.
+
+Example:
+    >>> import io
+    >>> from PIL import Image
+    >>> buffer = io.BytesIO()
+    >>> Image.new("RGB", (800, 600)).save(buffer, "JPEG")
+    >>> decode_image(buffer.getvalue(), size_hint=256).shape
+    (300, 400, 3)
+
+.. _simplejpeg: https://gitlab.com/jfolz/simplejpeg
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from stoker._errors import DatasetError
+
+__all__ = ["ImageDecodeError", "SizeHint", "check_size_hint", "decode_image", "reduction_factor"]
+
+SizeHint = int | tuple[int, int] | None
+_BACKENDS = ("auto", "simplejpeg", "pillow")
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_SIMPLEJPEG_COLORSPACES = ("YCbCr", "Gray")  # CMYK and YCCK go to Pillow, like torchvision
+
+
+class ImageDecodeError(DatasetError, ValueError):
+    """Encoded bytes could not be decoded as an image; the message names the file."""
+
+
+# -- decoding ------------------------------------------------------------------------
+
+
+def decode_image(
+    data: bytes | bytearray | memoryview | np.ndarray,
+    *,
+    rgb: bool = True,
+    size_hint: SizeHint = None,
+    backend: str = "auto",
+    to_pil: bool = False,
+    source: str | None = None,
+) -> Any:
+    """Decodes an encoded image (JPEG, PNG, BMP, WebP, ...) to an ``(H, W, C)`` uint8 array.
+
+    Args:
+        data: the file's bytes.
+        rgb: convert to 3-channel RGB (grayscale, RGBA, palette, CMYK all become RGB; alpha
+            is dropped, as torchvision's loader does). With ``False`` the image keeps one
+            (grayscale), three (RGB) or four (RGBA) channels.
+        size_hint: the smallest size the caller needs: an int (the shorter side) or
+            ``(height, width)``. A JPEG is then decoded at 1/2, 1/4 or 1/8 scale when the
+            reduced image is still at least that large. ``None`` decodes at full size.
+        backend: ``"auto"`` (simplejpeg for JPEGs when installed, else Pillow),
+            ``"simplejpeg"`` (require it for JPEGs) or ``"pillow"``.
+        to_pil: return a ``PIL.Image.Image`` instead of an array (decoded by Pillow), for
+            transforms that expect one, such as torchvision's.
+        source: where the bytes came from (a file path), named in errors.
+
+    Raises:
+        ImageDecodeError: the bytes are not a readable image (corrupt, truncated, unknown).
+
+    Example:
+        >>> import io, numpy as np
+        >>> from PIL import Image
+        >>> buffer = io.BytesIO()
+        >>> Image.new("L", (64, 48), 200).save(buffer, "JPEG")
+        >>> decode_image(buffer.getvalue(), size_hint=20).shape
+        (24, 32, 3)
+    """
+    if backend not in _BACKENDS:
+        msg = f"backend must be one of {_BACKENDS}, got {backend!r}"
+        raise ValueError(msg)
+    check_size_hint(size_hint)
+    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    try:
+        if raw[:3] == _JPEG_MAGIC and not to_pil and backend != "pillow":
+            simplejpeg = _simplejpeg(required=backend == "simplejpeg")
+            if simplejpeg is not None:
+                try:
+                    image = _decode_simplejpeg(simplejpeg, raw, rgb, size_hint)
+                except Exception:
+                    pass
+                else:
+                    if image is not None:
+                        return image
+        return _decode_pillow(raw, rgb, size_hint, to_pil)
+    except ImportError:
+        raise
+    except Exception as exc:
+        where = source if source is not None else f"an image of {len(raw)} bytes"
+        msg = (
+            f"cannot decode {where}: {type(exc).__name__}: {exc}. The file is corrupt, truncated "
+            "or not an image; re-encode or remove it, or pass on_error='skip' to the DataLoader "
+            "to leave bad files out."
+        )
+        error = ImageDecodeError(msg)
+        error.filename = source  # type: ignore[attr-defined]
+        raise error from exc
+
+
+def check_size_hint(size_hint: Any) -> SizeHint:
+    """Returns ``size_hint`` if it is None, a positive int or a pair of them; raises otherwise."""
+    if size_hint is None:
+        return None
+    if (
+        isinstance(size_hint, (int, np.integer))
+        and not isinstance(size_hint, bool)
+        and size_hint > 0
+    ):
+        return int(size_hint)
+    if (
+        isinstance(size_hint, (tuple, list))
+        and len(size_hint) == 2
+        and all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s > 0
+            for s in size_hint
+        )
+    ):
+        return int(size_hint[0]), int(size_hint[1])
+    msg = (
+        f"size_hint must be None, a positive int (the shorter side) or a (height, width) pair "
+        f"of positive ints, got {size_hint!r}"
+    )
+    raise ValueError(msg)
+
+
+def reduction_factor(height: int, width: int, size_hint: SizeHint) -> int:
+    """The largest of 8, 4, 2, 1 that keeps a ``height x width`` image at least ``size_hint``.
+
+    The reduced image is ``ceil(height / f) x ceil(width / f)``, as libjpeg decodes it.
+    """
+    if size_hint is None:
+        return 1
+    for factor in (8, 4, 2):
+        if height < factor or width < factor:
+            continue
+        h, w = -(-height // factor), -(-width // factor)
+        fits = (
+            min(h, w) >= size_hint
+            if isinstance(size_hint, int)
+            else (h >= size_hint[0] and w >= size_hint[1])
+        )
+        if fits:
+            return factor
+    return 1
+
+
+_simplejpeg_module: Any = None
+
+
+def _simplejpeg(*, required: bool) -> Any:
+    global _simplejpeg_module
+    if _simplejpeg_module is None:
+        try:
+            import simplejpeg  # type: ignore[import-untyped]
+        except ImportError:
+            if required:
+                msg = (
+                    "backend='simplejpeg' needs the simplejpeg package: pip install simplejpeg "
+                    "(or pip install 'stoker[image]'), or use backend='auto' to fall back to Pillow"
+                )
+                raise ImportError(msg) from None
+            _simplejpeg_module = False
+        else:
+            _simplejpeg_module = simplejpeg
+    return _simplejpeg_module or None
+
+
+def _decode_simplejpeg(
+    simplejpeg: Any, raw: bytes, rgb: bool, size_hint: SizeHint
+) -> np.ndarray | None:
+    height, width, colorspace, _ = simplejpeg.decode_jpeg_header(raw)
+    if colorspace not in _SIMPLEJPEG_COLORSPACES:
+        return None
+    factor = reduction_factor(height, width, size_hint)
+    # ceil(size / factor) makes libjpeg pick exactly 1/factor: any smaller scale is too small.
+    min_height, min_width = (-(-height // factor), -(-width // factor)) if factor > 1 else (0, 0)
+    target = "GRAY" if colorspace == "Gray" and not rgb else "RGB"
+    image: np.ndarray = simplejpeg.decode_jpeg(
+        raw, colorspace=target, min_height=min_height, min_width=min_width
+    )
+    return image
+
+
+def _decode_pillow(raw: bytes, rgb: bool, size_hint: SizeHint, to_pil: bool) -> Any:
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(raw))
+    if size_hint is not None and image.format == "JPEG":
+        width, height = image.size
+        factor = reduction_factor(height, width, size_hint)
+        if factor > 1:  # Pillow reduces by the largest power of two within size // request
+            image.draft(image.mode, (width // factor, height // factor))
+    image.load()
+    image = _to_standard_mode(image, rgb)
+    if to_pil:
+        return image
+    array = np.array(image)  # a writable copy, like simplejpeg's output
+    return array[:, :, None] if array.ndim == 2 else array
+
+
+def _to_standard_mode(image: Any, rgb: bool) -> Any:
+    """L, RGB or RGBA (RGB only when ``rgb``); 16-bit grayscale is scaled, not clipped."""
+    from PIL import Image
+
+    mode = image.mode
+    if mode.startswith("I;16") or mode == "I":
+        wide = np.clip(np.asarray(image, dtype=np.int64), 0, 65535)
+        image = Image.fromarray(((wide * 255 + 32767) // 65535).astype(np.uint8), "L")
+        mode = "L"
+    elif mode == "PA" or (mode == "P" and "transparency" in image.info):
+        image, mode = image.convert("RGBA"), "RGBA"
+    target = (
+        "RGB"
+        if rgb
+        else {"L": "L", "1": "L", "RGB": "RGB", "RGBA": "RGBA", "LA": "RGBA"}.get(mode, "RGB")
+    )
+    return image if mode == target else image.convert(target)
