@@ -1,18 +1,388 @@
-"""``stoker pack``: pack an image folder or a file list into packed shards (being written)."""
+"""``stoker pack``: pack an image folder or a list of files into packed shards.
+
+``stoker pack SRC DST`` reads every image of ``SRC`` (one subfolder per class) in the
+order of :class:`stoker.formats.image_folder.ImageFolder`'s sorted index (so index ``i``
+is the same image in both, and ``--index`` reuses an index saved with
+``ImageFolder.save_index``) and writes ``DST`` in the packed format
+(docs/packed-format.md): records ``(encoded image bytes, label)``, the class names in the
+manifest, each record keyed by its path relative to ``SRC``. With ``--files LIST.txt``
+the files are the lines of the list instead (``PATH`` or ``PATH<TAB>CLASS``; relative
+paths start at ``SRC``); without classes the records are the bytes alone.
+``--classes-from`` takes the class mapping of another split, so train and val agree.
+
+Files are read by a pool of threads and each image is checked with Pillow (a full
+decode at reduced scale by default, which catches truncated JPEGs); unreadable or
+corrupt files are skipped, listed on stdout and in ``DST/skipped.txt``
+(``PATH<TAB>REASON`` per line), and counted in the manifest's metadata.
+"""
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import json
+import os
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+
+from stoker._errors import DatasetError
 
 __all__ = ["add_parser", "run"]
 
+_CHECKS = ("decode", "verify", "none")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
+_SKIPPED_SHOWN = 20
+_PLAIN_PROGRESS_EVERY_S = 2.0
+
+
+class PackError(Exception):
+    """A problem with the command's input; its message is printed and the exit status is 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    path: str  # where to read it
+    key: str  # how the record names it (relative to SRC, '/'-separated)
+    label: int | None
+
+
+def parse_size(text: str) -> int:
+    """``"256MB"`` -> 256_000_000, ``"1GiB"`` -> 2**30, ``"4096"`` -> 4096."""
+    match = _SIZE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        msg = f"a size needs a positive number and an optional unit like 64MB, 256MiB or 1GB, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    number, prefix, binary = float(match.group(1)), match.group(2).lower(), match.group(3)
+    power = "_kmgt".index(prefix) if prefix else 0
+    return max(1, int(number * (1024 if binary else 1000) ** power))
+
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser("pack", help="pack an image folder or a file list into packed shards")
+    parser = commands.add_parser(
+        "pack",
+        help="pack an image folder or a file list into packed shards",
+        description="Pack an image folder (one subfolder per class) or a list of files into packed shards "
+        "(docs/packed-format.md), checking every image and reporting the files it skips.",
+    )
+    parser.add_argument("src", metavar="SRC", help="image folder (SRC/CLASS/IMAGE), or the root of --files paths")
+    parser.add_argument("dst", metavar="DST", help="output directory (created; must be empty unless --overwrite)")
+    parser.add_argument(
+        "--shard-size", type=parse_size, default="256MiB", metavar="SIZE",
+        help="largest shard data file: KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024 (default 256MiB)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=min(32, (os.cpu_count() or 1) + 4), metavar="N",
+        help="threads reading and checking files (default: CPUs + 4, at most 32)",
+    )
+    parser.add_argument(
+        "--files", metavar="LIST.txt",
+        help="pack the files listed, one per line: PATH or PATH<TAB>CLASS (relative paths start at SRC)",
+    )
+    parser.add_argument(
+        "--index", metavar="INDEX.json",
+        help="use an index saved by ImageFolder.save_index instead of walking SRC",
+    )
+    parser.add_argument(
+        "--classes-from", metavar="PATH",
+        help="take the class mapping from a packed dataset or a JSON file (a list of names, or {name: label}), "
+        "so that train and val share one mapping",
+    )
+    parser.add_argument(
+        "--check", choices=_CHECKS, default="decode",
+        help="per-image check: decode (default; full decode at reduced scale, catches truncated files), "
+        "verify (Pillow's verify(), headers only) or none",
+    )
+    parser.add_argument("--verify", action="store_true", help="re-read DST and check every record's checksum")
+    parser.add_argument("--overwrite", action="store_true", help="replace a packed dataset already in DST")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("stoker pack: not available yet")
-    return 2
+    try:
+        return _pack(args)
+    except (PackError, OSError, DatasetError) as exc:  # bad input, I/O errors, a damaged result
+        _say(f"stoker pack: error: {exc}", sys.stderr)
+        return 1
+
+
+def _say(text: str, stream: Any = None) -> None:
+    """print() that survives file names the terminal cannot encode."""
+    stream = stream or sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream, flush=True)
+
+
+# -- listing the input ------------------------------------------------------------------
+
+
+def _read_list(list_path: str, root: str) -> tuple[list[str] | None, list[tuple[str, str]]]:
+    try:
+        with open(list_path, encoding="utf-8") as f:
+            lines = [line.rstrip("\r\n") for line in f]
+    except OSError as exc:
+        raise PackError(f"cannot read the file list {list_path!r}: {exc.strerror or exc}") from None
+    entries = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        path, _, label = line.partition("\t")
+        entries.append((number, path.strip(), label.strip()))
+    labelled = {bool(label) for _, _, label in entries}
+    if len(labelled) > 1:
+        number = next(n for n, _, label in entries if not label)
+        msg = (
+            f"{list_path}: line {number} has no class but other lines do; "
+            "give every line a class (PATH<TAB>CLASS) or none"
+        )
+        raise PackError(msg)
+    files = [(path if os.path.isabs(path) else os.path.join(root, path), label) for _, path, label in entries]
+    classes = sorted({label for _, _, label in entries}) if labelled == {True} else None
+    return classes, files
+
+
+def _load_classes(spec: str) -> list[str]:
+    from stoker.formats.packed import PackedDataset
+
+    if os.path.isdir(spec):
+        classes = PackedDataset(spec).classes
+        if classes is None:
+            raise PackError(f"--classes-from {spec!r}: that packed dataset stores no classes")
+        return classes
+    try:
+        with open(spec, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise PackError(f"--classes-from {spec!r}: cannot read it as JSON ({exc})") from None
+    if isinstance(value, dict) and sorted(value.values()) == list(range(len(value))):
+        return [name for name, _ in sorted(value.items(), key=lambda item: item[1])]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    msg = (
+        f"--classes-from {spec!r}: expected a JSON list of class names "
+        "or a {name: label} mapping with labels 0..n-1"
+    )
+    raise PackError(msg)
+
+
+def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item], list[str]]:
+    """The classes, the files to pack in order, and notes to print."""
+    root = args.src
+    if not os.path.isdir(root):
+        what = "does not exist" if not os.path.exists(root) else "is not a directory"
+        msg = f"SRC {root!r} {what}; pass an image folder (SRC/CLASS/IMAGE), or a root folder with --files LIST.txt"
+        raise PackError(msg)
+    if not args.files and not args.index and not any(not name.startswith(".") for name in os.listdir(root)):
+        raise PackError(f"SRC {root!r} is empty: expected one subfolder per class with images inside (SRC/cat/1.jpg)")
+    shared = _load_classes(args.classes_from) if args.classes_from else None
+    notes = []
+    if args.files:
+        classes, found = _read_list(args.files, root)
+        if not found:
+            raise PackError(f"the file list {args.files!r} names no files")
+        if shared is not None:
+            if classes is None:
+                raise PackError("--classes-from needs labelled input: PATH<TAB>CLASS lines in the file list")
+            unknown = sorted(set(classes) - set(shared))
+            if unknown:
+                msg = f"classes {unknown[:5]!r} of {args.files!r} are not in the mapping from {args.classes_from!r}"
+                raise PackError(msg)
+            classes = shared
+        lookup = {name: label for label, name in enumerate(classes or ())}
+        pairs = [(path, lookup[name] if classes is not None else None) for path, name in found]
+    else:
+        from stoker.formats.image_folder import ImageFolder
+
+        try:
+            folder = ImageFolder(root, classes=shared, index=args.index)
+        except (OSError, ValueError, TypeError, DatasetError) as exc:
+            text = str(exc).rstrip()
+            text += "" if text.endswith(".") else "."
+            raise PackError(f"{text} To pack files that are not in class folders, pass --files LIST.txt.") from None
+        classes = folder.classes
+        counts = np.bincount(folder.targets, minlength=len(classes))
+        for name, count in zip(classes, counts.tolist(), strict=True):
+            if count == 0:
+                notes.append(f"class {name!r} has no images (it keeps its label, so train and val mappings agree)")
+        pairs = [(folder.path(i), label) for i, label in enumerate(folder.targets.tolist())]
+    items = []
+    for path, label in pairs:
+        key = os.path.relpath(path, root)
+        key = path if key.startswith(os.pardir) else key
+        items.append(_Item(path, key.replace(os.sep, "/"), label))
+    return classes, items, notes
+
+
+# -- reading and checking ----------------------------------------------------------------
+
+
+def _check_image(data: bytes, mode: str) -> None:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        if mode == "verify":
+            image.verify()
+            return
+        if image.format == "JPEG":
+            image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
+        image.load()
+
+
+def _read(item: _Item, mode: str) -> tuple[bytes | None, str | None]:
+    try:
+        with open(item.path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    if not data:
+        return None, "empty file"
+    if mode != "none":
+        try:
+            _check_image(data, mode)
+        except Exception as exc:  # Pillow raises many types for bad images
+            return None, f"corrupt image: {type(exc).__name__}: {exc}"
+    return data, None
+
+
+def _read_in_order(items: list[_Item], workers: int, mode: str) -> Iterator[tuple[_Item, bytes | None, str | None]]:
+    """Reads with a thread pool, yielding in the input order, a bounded window ahead."""
+    window = max(4, 4 * workers)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stoker-pack") as pool:
+        pending: deque[tuple[_Item, concurrent.futures.Future[Any]]] = deque()
+        source = iter(items)
+        for item in source:
+            pending.append((item, pool.submit(_read, item, mode)))
+            if len(pending) >= window:
+                break
+        while pending:
+            item, future = pending.popleft()
+            data, error = future.result()
+            nxt = next(source, None)
+            if nxt is not None:
+                pending.append((nxt, pool.submit(_read, nxt, mode)))
+            yield item, data, error
+
+
+class _Progress:
+    """tqdm when installed, else a plain line every few seconds on stderr."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.skipped = total, 0, 0
+        self._last = time.monotonic()
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self._bar = None
+        else:
+            self._bar = tqdm(total=total, unit="file", desc="stoker pack", file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, skipped: bool) -> None:
+        self.done += 1
+        self.skipped += skipped
+        if self._bar is not None:
+            self._bar.update(1)
+            if skipped:
+                self._bar.set_postfix(skipped=self.skipped, refresh=False)
+        elif time.monotonic() - self._last >= _PLAIN_PROGRESS_EVERY_S or self.done == self.total:
+            self._last = time.monotonic()
+            print(
+                f"stoker pack: {self.done}/{self.total} files ({100 * self.done // max(1, self.total)}%), "
+                f"{self.skipped} skipped",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def _pack(args: argparse.Namespace) -> int:
+    from stoker.formats.packed import PackedDataset, PackedWriter
+
+    if not isinstance(args.workers, int) or args.workers < 1:
+        raise PackError(f"--workers must be a positive integer, got {args.workers!r}")
+    if args.check != "none":
+        try:
+            import PIL  # noqa: F401
+        except ImportError:
+            raise PackError("checking images needs Pillow: pip install 'stoker[image]', or pass --check none") from None
+    if os.path.isdir(args.dst) and os.listdir(args.dst) and not args.overwrite:
+        what = "a packed dataset" if os.path.exists(os.path.join(args.dst, "manifest.json")) else "other files"
+        msg = f"DST {args.dst!r} is not empty (it holds {what}); choose an empty directory, or pass --overwrite"
+        raise PackError(msg)
+    started = time.perf_counter()
+    classes, items, notes = _list_items(args)
+    for note in notes:
+        _say(f"stoker pack: {note}")
+    _say(
+        f"stoker pack: {len(items)} file(s)"
+        + (f" in {len(classes)} class(es)" if classes is not None else "")
+        + f" -> {args.dst} (shards of at most {args.shard_size:,} bytes, {args.workers} threads, check={args.check})"
+    )
+    metadata = {"source": os.path.abspath(args.src), "packed_by": "stoker pack", "check": args.check}
+    writer = PackedWriter(
+        args.dst, max_shard_bytes=args.shard_size, classes=classes, metadata=metadata, overwrite=args.overwrite
+    )
+    skipped: list[tuple[str, str]] = []
+    payload = 0
+    progress = _Progress(len(items))
+    try:
+        for item, data, error in _read_in_order(items, args.workers, args.check):
+            if data is None:
+                skipped.append((item.key, error or "unknown error"))
+            else:
+                writer.add(data if item.label is None else (data, item.label), key=item.key)
+                payload += len(data)
+            progress.update(data is None)
+        progress.close()
+        _write_skipped(args.dst, skipped)
+        _report_skipped(args.dst, skipped)
+        if writer.records == 0:
+            msg = f"none of the {len(items)} file(s) could be read; nothing was packed (see {args.dst}/skipped.txt)"
+            raise PackError(msg)
+        writer.metadata["skipped"] = len(skipped)
+        writer.close()
+    except BaseException:
+        progress.close()
+        writer.abort()
+        raise
+    dataset = PackedDataset(args.dst, verify="open" if args.verify else False)
+    elapsed = time.perf_counter() - started
+    _say(
+        f"stoker pack: packed {len(dataset)} record(s), {payload / 1e6:,.1f} MB, into {len(dataset.shard_paths)} "
+        f"shard(s) in {elapsed:.1f} s; skipped {len(skipped)}"
+        + ("; verified every record's checksum" if args.verify else "")
+    )
+    return 0
+
+
+def _write_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
+    with open(os.path.join(dst, "skipped.txt"), "w", encoding="utf-8", errors="surrogateescape") as f:
+        for key, reason in skipped:
+            f.write(f"{key}\t{reason}\n")
+
+
+def _report_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
+    if not skipped:
+        return
+    listing = os.path.join(dst, "skipped.txt")
+    _say(f"stoker pack: skipped {len(skipped)} unreadable or corrupt file(s) (listed in {listing}):")
+    for key, reason in skipped[:_SKIPPED_SHOWN]:
+        _say(f"  {key}: {reason}")
+    if len(skipped) > _SKIPPED_SHOWN:
+        _say(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")
