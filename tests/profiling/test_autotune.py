@@ -96,3 +96,23 @@ def test_auto_for_an_iterable_dataset_is_fixed_at_the_cores() -> None:
 def test_bad_auto_arguments(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         DataLoader(CpuBound(), **kwargs)
+
+
+class Growing:
+    """Batches get bigger as the epoch goes on: later ones overflow the slots sized early."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):
+        return np.ones(16_384 * (1 + i // 4), dtype=np.float32)  # 64 KiB .. 640 KiB
+
+
+def test_the_budget_holds_when_batches_grow_larger_than_expected() -> None:
+    budget = 6 * 2**20
+    loader = DataLoader(Growing(), batch_size=4, num_workers=2, memory_budget=budget, copy_batches=False)
+    seen = []
+    for batch in loader:
+        seen.append(batch.shape[1])
+        assert loader.stats().bytes_in_flight <= budget
+    assert seen[-1] == 16_384 * 10  # every batch arrived, the largest too

@@ -397,7 +397,7 @@ class MultiWorkerIterator:
             )
             count = fitting
         try:
-            pool.slots = shm.SlotPool(count, size, prefix=pool.prefix)
+            pool.slots = shm.SlotPool(count, size, prefix=pool.prefix, budget=self._memory_budget)
         except ShmError as exc:
             ledger.shm_disabled = True
             warnings.warn(

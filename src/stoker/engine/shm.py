@@ -279,7 +279,7 @@ class SlotPool:
         >>> pool.close()                              # doctest: +SKIP
     """
 
-    def __init__(self, count: int, size: int, prefix: str | None = None) -> None:
+    def __init__(self, count: int, size: int, prefix: str | None = None, budget: int | None = None) -> None:
         if count < 1 or size < 1:
             raise AssertionError(f"SlotPool needs count >= 1 and size >= 1, got {count}, {size}")
         size = _round_up(size, mmap.PAGESIZE)
@@ -298,6 +298,7 @@ class SlotPool:
         self._serial = 0
         self._capacity = count
         self._size = size
+        self._budget = budget  # bytes all slots together may hold (None: no limit)
         self._slots: list[_Slot] = []
         self._free: list[int] = []
         self._closed = False
@@ -340,7 +341,7 @@ class SlotPool:
         new one while the pool is below its size.
         """
         if not self._free:
-            if len(self._slots) >= self._capacity or self._closed:
+            if len(self._slots) >= self._capacity or self._closed or not self._fits(self._size):
                 return None
             slot = self._new_slot(len(self._slots), self._size)
             self._slots.append(slot)
@@ -354,10 +355,18 @@ class SlotPool:
             index = self._free.pop()
         slot = self._slots[index]
         if slot.wanted > slot.size:  # a batch overflowed it: replace with a bigger one
-            slot.close()
-            slot = self._slots[slot.index] = self._new_slot(slot.index, _round_up(slot.wanted, mmap.PAGESIZE))
+            bigger = _round_up(slot.wanted, mmap.PAGESIZE)
+            if not self._fits(bigger - slot.size):  # over the budget: stay, the excess goes inline
+                slot.wanted = slot.size
+            else:
+                slot.close()
+                slot = self._slots[slot.index] = self._new_slot(slot.index, bigger)
+                self._size = max(self._size, bigger)
         slot.leased = True
         return slot.ref()
+
+    def _fits(self, extra: int) -> bool:
+        return self._budget is None or self.nbytes + extra <= self._budget
 
     def release(self, index: int) -> None:
         """Returns a slot to the pool (a task failed, or no view was handed out)."""
