@@ -12,7 +12,7 @@ __all__ = ["main"]
 
 
 # One module per command, each with add_parser(commands) and run(args) -> int.
-COMMANDS = ("demo", "pack", "doctor")
+COMMANDS = ("demo", "pack", "doctor", "bench")
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,359 @@
+"""``stoker bench`` and :mod:`stoker.tuning`: sweep, knee, memory, table, plot, HTML, JSON."""
+
+from __future__ import annotations
+
+import base64
+import glob
+import html
+import json
+import os
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from stoker.cli import bench as bench_cli
+from stoker.cli import main
+from stoker.tuning import (
+    BackgroundLoad,
+    SweepPoint,
+    SweepResult,
+    batch_nbytes,
+    default_workers,
+    memory_estimate,
+    sweep,
+)
+from stoker.tuning.sweep import _descendants
+
+# A dataset module written into the test's own folder, imported as MODULE:ATTR from there.
+_MODULE = '''
+import numpy as np
+
+from stoker import get_worker_info
+
+BALLAST_BYTES = 24 * 2**20
+_ballast = []
+
+
+class Squares:
+    """Sample i: (float32[3, 8, 8] filled with i, i); workers each hold BALLAST_BYTES."""
+
+    def __init__(self, length=512):
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        if get_worker_info() is not None and not _ballast:
+            _ballast.append(np.ones(BALLAST_BYTES, dtype=np.uint8))  # private to the worker
+        return np.full((3, 8, 8), index, dtype=np.float32), index
+
+
+dataset = Squares()
+empty = Squares(0)
+
+
+def make_dataset():
+    return Squares(256)
+
+
+not_a_dataset = 42
+'''
+
+SAMPLE_BYTES = 3 * 8 * 8 * 4 + 8  # the image plus the int64 label
+
+
+@pytest.fixture
+def module(tmp_path, monkeypatch):
+    """The name of a fresh dataset module importable from the (temporary) working directory."""
+    name = f"bench_data_{os.getpid()}_{time.monotonic_ns()}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(_MODULE))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    yield name
+    sys.modules.pop(name, None)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    """No worker process or stoker shared-memory segment outlives a bench."""
+    yield
+    deadline = time.monotonic() + 5
+    while _descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _descendants(os.getpid()), "bench left worker processes behind"
+    assert not glob.glob(f"/dev/shm/stoker-{os.getpid()}-*"), (
+        "bench left shared-memory segments behind"
+    )
+
+
+def _bench(*args: str) -> int:
+    return main(["bench", *args, "--batches", "6", "--warmup", "1", "--batch-size", "16"])
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_bench_prints_table_knee_and_writes_plot_and_html(module, tmp_path, capsys) -> None:
+    plot, report = tmp_path / "sweep.png", tmp_path / "report.html"
+    rc = _bench(f"{module}:dataset", "--workers", "0,2", "--plot", str(plot), "--html", str(report))
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith(
+        f"stoker bench: {module}:dataset (Squares, 512 samples), batch_size=16, 6 timed batches"
+    )
+    header = next(line for line in lines if line.lstrip().startswith("num_workers"))
+    for column in (
+        "prefetch",
+        "batches/s",
+        "samples/s",
+        "vs 0 workers",
+        "est. in flight",
+        "peak memory",
+    ):
+        assert column in header
+    rows = [line.split() for line in lines[lines.index(header) + 1 :][:2]]
+    assert [row[:2] for row in rows] == [["0", "-"], ["2", "2"]]
+    assert rows[0][4] == "1.00x"  # the single-process row is the reference
+    knee = [line for line in lines if line.startswith("knee: ")]
+    assert len(knee) == 1 and "num_workers=" in knee[0]
+    assert sum(line.endswith(" *") for line in lines) == 1  # the knee's row is marked
+    assert f"plot: {plot}" in out and f"report: {report}" in out
+    png = plot.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5_000
+    page = report.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page
+    assert html.escape(knee[0]) in page and page.count('<tr class="knee">') == 1
+    embedded = page.split('src="data:image/png;base64,')[1].split('"')[0]
+    assert base64.b64decode(embedded) == png  # the page carries the same plot, self-contained
+
+
+def test_bench_json_has_every_setting_with_rates_and_memory(module, capsys) -> None:
+    rc = _bench(f"{module}:dataset", "--workers", "0,2", "--prefetch", "2,4", "--json", "--no-plot")
+    captured = capsys.readouterr()
+    assert rc == 0
+    document = json.loads(captured.out)  # nothing but JSON on stdout
+    settings = [(p["num_workers"], p["prefetch_factor"]) for p in document["points"]]
+    assert settings == [(0, None), (2, 2), (2, 4)]
+    batch = 16 * SAMPLE_BYTES
+    for point in document["points"]:
+        assert point["batches"] == 6 and point["samples"] == 6 * 16
+        assert point["samples_per_s"] == pytest.approx(point["batches_per_s"] * 16)
+        assert point["batch_bytes"] == batch
+        expected = batch * (
+            point["num_workers"] * point["prefetch_factor"] if point["num_workers"] else 1
+        )
+        assert point["memory_estimate_bytes"] == expected
+        assert point["peak_rss_bytes"] >= point["baseline_rss_bytes"] > 0
+    assert document["knee"]["num_workers"] in (0, 2)
+    assert document["knee_line"].startswith("knee: ")
+    assert document["batch_size"] == 16 and document["dataset"] == "Squares, 512 samples"
+    assert "plot" not in document
+
+
+def test_peak_memory_counts_the_workers_private_memory(module) -> None:
+    sys.path.insert(0, os.getcwd())
+    data = __import__(module)
+    result = sweep(data.dataset, batch_size=16, workers=[0, 2], batches=4, warmup=1)
+    by_workers = {p.num_workers: p for p in result.points}
+    # each of the two workers holds 24 MiB of its own; the trainer alone holds none of it
+    assert by_workers[2].peak_above_baseline_bytes >= 2 * data.BALLAST_BYTES
+    assert by_workers[0].peak_above_baseline_bytes < data.BALLAST_BYTES
+
+
+def test_factory_and_thread_workers(module, capsys) -> None:
+    rc = _bench(
+        f"{module}:make_dataset", "--workers", "0,1", "--worker-mode", "thread", "--no-plot"
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "(Squares, 256 samples)" in out and "thread workers" in out
+    assert "plot:" not in out
+
+
+def test_default_workers_sweep_zero_and_powers_of_two(module, capsys) -> None:
+    rc = _bench(f"{module}:dataset", "--json", "--no-plot")
+    document = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert [p["num_workers"] for p in document["points"]] == list(default_workers())
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_such_module_xyz:data", "cannot import the module 'no_such_module_xyz'"),
+        ("{module}:missing", "has no attribute 'missing'"),
+        ("{module}:not_a_dataset", "not a dataset: it needs __getitem__ and __len__"),
+        ("nowhere/at/all", "TARGET 'nowhere/at/all' is neither a directory"),
+    ],
+)
+def test_bad_targets_say_what_to_pass(module, target, message, capsys) -> None:
+    assert _bench(target.format(module=module)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stoker bench: ") and message in err
+
+
+def test_bad_options_are_refused(module, capsys) -> None:
+    for args, message in (
+        (["--batches", "0"], "--batches must be at least 1, got 0"),
+        (["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+        (["--workers=0,-2"], "--workers must be 0 or more, got 0,-2"),
+        (["--prefetch", "2,0"], "--prefetch must be 1 or more, got 2,0"),
+    ):
+        assert main(["bench", f"{module}:dataset", *args]) == 2
+        assert f"stoker bench: {message}\n" == capsys.readouterr().err
+    assert main(["bench", f"{module}:empty"]) == 2
+    assert (
+        f"stoker bench: {module}:empty is empty: there is nothing to load"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        main(["bench", f"{module}:dataset", "--workers", "two"])
+    assert "expected comma-separated integers such as 0,1,2,4, got 'two'" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_plot_is_skipped_with_a_hint(
+    module, tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setattr(bench_cli, "_pyplot", lambda: None)
+    plot, report = tmp_path / "none.png", tmp_path / "r.html"
+    rc = _bench(f"{module}:dataset", "--workers", "0", "--plot", str(plot), "--html", str(report))
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "plot: skipped, the plot needs matplotlib: pip install 'stoker[cli]'" in out
+    assert not plot.exists()
+    assert "the plot needs matplotlib" in report.read_text()
+
+
+def test_without_tqdm_progress_is_plain_lines(module, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
+    rc = _bench(f"{module}:dataset", "--workers", "0,1", "--no-plot")
+    err = capsys.readouterr().err
+    assert rc == 0
+    lines = err.splitlines()
+    assert lines[0] == "  [1/2] workers=0: 7 batches ..."
+    assert lines[1].startswith("  [1/2] num_workers=0: ") and lines[1].endswith(" samples/s")
+    assert lines[2] == "  [2/2] workers=1 prefetch=2: 7 batches ..."
+    assert lines[3].startswith("  [2/2] num_workers=1, prefetch_factor=2: ")
+
+
+def test_image_folder_and_packed_directory_targets(tmp_path, capsys) -> None:
+    pytest.importorskip("PIL", reason="image folders need Pillow (the image extra)")
+    from PIL import Image
+
+    folder, packed = tmp_path / "images", tmp_path / "packed"
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        (folder / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(
+            folder / "ab"[i % 2] / f"{i}.jpg"
+        )
+    assert main(["pack", str(folder), str(packed)]) == 0
+    capsys.readouterr()
+    for target in (folder, packed):
+        rc = main(["bench", str(target), "--workers", "0", "--batches", "2", "--warmup", "1",
+                   "--batch-size", "8", "--size", "32", "--json", "--no-plot"])  # fmt: skip
+        document = json.loads(capsys.readouterr().out)
+        assert rc == 0
+        assert document["points"][0]["batch_bytes"] == 8 * (32 * 32 * 3 + 8), (
+            target
+        )  # uint8 HWC + label
+        assert (
+            document["dataset"]
+            == ("ImageFolder" if target == folder else "PackedDataset") + ", 40 samples"
+        )
+
+
+# --------------------------------------------------------------------------- the library
+
+
+def _point(workers: int, prefetch: int | None, seconds: float) -> SweepPoint:
+    return SweepPoint(
+        workers, prefetch, batches=10, samples=100, seconds=seconds, warmup_seconds=0.1,
+        batch_bytes=1, memory_estimate_bytes=1, peak_rss_bytes=None, baseline_rss_bytes=None,
+    )  # fmt: skip
+
+
+def test_knee_is_the_fewest_workers_within_five_percent_of_the_best() -> None:
+    result = SweepResult(
+        (
+            _point(0, None, 4.0),
+            _point(1, 2, 2.0),
+            _point(2, 2, 1.04),
+            _point(2, 4, 1.02),
+            _point(4, 2, 1.0),
+        ),
+        batch_size=10,
+    )
+    assert (result.best().num_workers, result.knee().num_workers) == (4, 2)
+    assert result.knee().prefetch_factor == 2  # the smaller prefetch already qualifies
+    assert result.knee_line() == (
+        "knee: num_workers=2, prefetch_factor=2 reaches 96% of the best rate (100 samples/s with "
+        "num_workers=4, prefetch_factor=2); more workers or prefetch add under 5% for their memory."
+    )
+    alone = SweepResult((_point(0, None, 2.0), _point(2, 2, 1.0)), batch_size=10)
+    assert alone.knee_line().startswith(
+        "knee: num_workers=2, prefetch_factor=2 is the fastest setting (100 samples/s)"
+    )
+    with pytest.raises(ValueError, match="the sweep measured no setting"):
+        SweepResult((), batch_size=1).knee()
+
+
+def test_default_workers_memory_estimate_and_batch_bytes() -> None:
+    assert default_workers(1) == (0, 1)
+    assert default_workers(2) == (0, 1, 2)
+    assert default_workers(6) == (0, 1, 2, 4, 6)
+    assert default_workers(8) == (0, 1, 2, 4, 8)
+    assert memory_estimate(1000, 0, None) == 1000
+    assert memory_estimate(1000, 4, 3) == 12_000
+    batch = {
+        "x": np.zeros((4, 5), np.float64),
+        "meta": [b"abc", "de", 7],
+        "pair": (np.zeros(3, np.int8), 1.5),
+    }
+    assert batch_nbytes(batch) == 160 + 3 + 2 + 8 + 3 + 8
+
+
+def test_batch_bytes_of_torch_tensors() -> None:
+    torch = pytest.importorskip("torch", reason="counts torch tensors, which need torch")
+    assert batch_nbytes([torch.zeros(4, 3), torch.zeros(2, dtype=torch.int64)]) == 48 + 16
+
+
+def test_sweep_checks_its_arguments() -> None:
+    data = [np.zeros(2)] * 8
+    with pytest.raises(
+        ValueError, match=r"workers must be a non-empty list of integers >= 0, got \[-1\]"
+    ):
+        sweep(data, workers=[-1])
+    with pytest.raises(
+        ValueError, match=r"prefetch must be a non-empty list of integers >= 1, got \[\]"
+    ):
+        sweep(data, workers=[1], prefetch=[])
+    with pytest.raises(ValueError, match="batches must be an integer >= 1, got 0"):
+        sweep(data, workers=[0], batches=0)
+
+
+def test_sweep_runs_across_epochs_when_the_dataset_is_short() -> None:
+    result = sweep([np.zeros(2)] * 10, batch_size=4, workers=[0, 1], batches=7, warmup=2)
+    # epochs of 4 + 4 + 2 samples: the warm-up takes 4 + 4, the timed batches 2, 4, 4, 2, 4, 4, 2
+    assert [(p.batches, p.samples) for p in result.points] == [(7, 22), (7, 22)]
+
+
+def test_background_load_counts_other_processes_not_ours() -> None:
+    import subprocess
+
+    # a grandchild whose parent exits at once is re-parented: it is not one of ours
+    spin = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    end = time.time() + 0.8\n"
+        "    while time.time() < end: pass\n"
+    )
+    with BackgroundLoad() as load:
+        subprocess.run([sys.executable, "-c", spin], check=True)
+        time.sleep(0.8)
+    assert load.cpus is not None and load.cpus >= 0.25  # the spinner kept about one CPU busy
