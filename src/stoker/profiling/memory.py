@@ -51,7 +51,7 @@ class GrowthWatch:
 
     history: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     warned: bool = False
-    _last: float = 0.0
+    _last: float = field(default_factory=time.monotonic)  # the first look waits a period too
 
     def check(self, pids: dict[int, int], batches: int) -> None:
         now = time.monotonic()
