@@ -186,7 +186,40 @@ def test_a_sampler_state_needs_a_sampler_that_can_load_it() -> None:
         loader.load_state_dict(state)
 
 
-def test_iterable_datasets_resume_at_epoch_boundaries_and_say_so_mid_epoch() -> None:
+class CountingStream:
+    """A resumable stream: its state is where it stands; samples carry random draws."""
+
+    def __init__(self) -> None:
+        self.start = 0
+
+    def __iter__(self):
+        for i in range(self.start, 17):
+            self.start = i + 1
+            yield {"i": i, "np": np.random.rand(), "rng": sample_rng().random()}
+        self.start = 0
+
+    def state_dict(self) -> dict:
+        return {"start": self.start}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.start = state["start"]
+
+
+def _stream_loader(resumed: bool):
+    from stoker import IterableDataset
+
+    class Stream(CountingStream, IterableDataset):
+        pass
+
+    return DataLoader(Stream(), batch_size=4, generator=9)
+
+
+@pytest.mark.parametrize("stop_at", [2, 5, 6])
+def test_iterable_datasets_with_state_resume_mid_epoch(stop_at) -> None:
+    run_test_save_load_state(_stream_loader, stop_at=stop_at, epochs=2)
+
+
+def test_iterable_datasets_without_state_or_with_workers_say_so_mid_epoch() -> None:
     from stoker import IterableDataset
 
     class Stream(IterableDataset):
@@ -196,9 +229,18 @@ def test_iterable_datasets_resume_at_epoch_boundaries_and_say_so_mid_epoch() -> 
     loader = DataLoader(Stream(), batch_size=3)
     it = iter(loader)
     next(it)
-    state = loader.state_dict()
-    fresh = DataLoader(Stream(), batch_size=3)
-    fresh.load_state_dict(state)
-    with pytest.raises(ValueError, match="resuming an IterableDataset mid-epoch is not supported yet"):
-        iter(fresh)
+    with pytest.raises(ValueError, match="cannot save a mid-epoch state of this IterableDataset loader: Stream has no state_dict"):
+        loader.state_dict()
+    list(it)
+    assert loader.state_dict()["epoch"] == 1  # at the epoch boundary it works
 
+    class Stateful(CountingStream, IterableDataset):
+        pass
+
+    workers = DataLoader(Stateful(), batch_size=3, num_workers=2)
+    it = iter(workers)
+    with pytest.warns(UserWarning, match="never called get_worker_info"):  # unsharded: expected here
+        next(it)
+    with pytest.raises(ValueError, match="its 2 workers each read their own replica ahead"):
+        workers.state_dict()
+    del it

@@ -30,6 +30,7 @@ class Progress:
     start: dict[str, Any] = field(default_factory=dict)
     yielded: int = 0
     done: bool = False
+    samples: int = 0  # an iterable dataset's samples drawn this epoch (its random positions)
 
 
 def epoch_owner(index_sampler: Any) -> Any:

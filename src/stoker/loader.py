@@ -363,13 +363,17 @@ class DataLoader(Generic[T]):
         progress = Progress(epoch=epoch, seed=self._base_seed(epoch), start=start, yielded=skip)
         self._progress = progress
         if self._iterable:
-            if skip:
+            if resume is not None and resume.get("dataset") is not None:
+                self.dataset.load_state_dict(resume["dataset"])  # it resumes its own stream
+                progress.samples = resume.get("samples", 0)
+            elif skip:
                 msg = (
-                    "resuming an IterableDataset mid-epoch is not supported yet: the state has "
-                    f"{skip} batches handed out in epoch {epoch}. Save the state at an epoch boundary."
+                    f"this state is {skip} batches into epoch {epoch} of an IterableDataset but holds "
+                    "no dataset state to resume the stream from; save states at epoch boundaries, or "
+                    "give the dataset state_dict / load_state_dict and load with num_workers=0"
                 )
                 raise ValueError(msg)
-            return progress, None, 0
+            return progress, None, progress.samples
         index_iter, first_position = skip_batches(self._index_sampler, skip, self._auto_collation)
         if owner is not None:
             self._left_epoch = owner.epoch
@@ -396,9 +400,30 @@ class DataLoader(Generic[T]):
             state = {"epoch": progress.epoch, "batches": progress.yielded}
             state["sampler"] = progress.start.get("sampler")
             state["generator"] = progress.start.get("generator")
+            if self._iterable:
+                state["dataset"] = self._stream_state()
+                state["samples"] = progress.samples
         state["seed"] = self._seed
         state["version"] = STATE_VERSION
         return state
+
+    def _stream_state(self) -> Any:
+        """An iterable dataset's own state, mid-epoch (see :meth:`state_dict`)."""
+        dataset_state = getattr(self.dataset, "state_dict", None)
+        if self.num_workers > 0 or not callable(dataset_state):
+            why = (
+                f"its {self.num_workers} workers each read their own replica ahead of what you have "
+                "received, and stoker does not collect their states yet"
+                if self.num_workers > 0
+                else f"{type(self.dataset).__name__} has no state_dict / load_state_dict"
+            )
+            msg = (
+                f"cannot save a mid-epoch state of this IterableDataset loader: {why}. Save at an "
+                "epoch boundary, or resume streams with num_workers=0 and a dataset that implements "
+                "state_dict / load_state_dict."
+            )
+            raise ValueError(msg)
+        return dataset_state()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next ``iter(loader)`` continue from ``state`` (see :meth:`state_dict`)."""
@@ -534,7 +559,7 @@ class _SingleProcessIterator:
         self._fetcher: MapFetcher | IterableFetcher
         if index_iter is None:
             self._fetcher = IterableFetcher(
-                loader.dataset, loader.batch_size, loader.collate_fn, loader.drop_last, progress.seed
+                loader.dataset, loader.batch_size, loader.collate_fn, loader.drop_last, progress.seed, first_position
             )
         else:
             self._fetcher = MapFetcher(
@@ -552,7 +577,10 @@ class _SingleProcessIterator:
                 if self._index_iter is None:
                     began = perf_counter()
                     batch = self._fetcher.fetch(self._batch_index)  # type: ignore[call-arg]
-                    samples = self._fetcher.batch_size or 1  # type: ignore[union-attr]
+                    samples = self._fetcher.taken - progress.samples  # type: ignore[union-attr]
+                    progress.samples = self._fetcher.taken  # type: ignore[union-attr]
+                    if self._fetcher.ended:  # type: ignore[union-attr]
+                        progress.done = True  # that was the last batch: a state now means the next epoch
                     self._loader._stats.loaded(-1, samples, perf_counter() - began, 0.0, self._batch_index)
                 else:
                     batch = self._fetch_map(progress)

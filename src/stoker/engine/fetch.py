@@ -190,9 +190,10 @@ class IterableFetcher:
         collate_fn: Callable[[Any], Any],
         drop_last: bool,
         epoch_seed: int = 0,
+        taken: int = 0,
     ):
         self._epoch_seed = epoch_seed
-        self._taken = 0
+        self._taken = taken  # samples drawn this epoch so far (a resumed stream starts later)
         scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
         try:
             scope.position = -1
@@ -203,6 +204,15 @@ class IterableFetcher:
         self._drop_last = drop_last
         self._ended = False
         self.batch_size = batch_size
+
+    @property
+    def taken(self) -> int:
+        return self._taken
+
+    @property
+    def ended(self) -> bool:
+        """The stream ran out while filling the last batch."""
+        return self._ended
 
     def fetch(self, batch_index: int = 0) -> Any:
         if self._ended:

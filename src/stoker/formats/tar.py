@@ -43,7 +43,7 @@ import numpy as np
 from stoker._errors import DatasetError
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
-from stoker.formats.text import _check_seed, _file_order, _resolve_files
+from stoker.formats.text import _check_epoch, _check_seed, _file_order, _resolve_files
 from stoker.sharding import shard_records
 
 __all__ = ["TarShards", "default_decoders", "write_tar_shards"]
@@ -329,10 +329,7 @@ class TarShards(IterableDataset[dict[str, Any]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose shard order the next iteration uses (with ``shuffle_shards``)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            msg = f"epoch must be a non-negative integer, got {epoch!r}"
-            raise ValueError(msg)
-        self.epoch = int(epoch)
+        self.epoch = _check_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         order = _file_order(len(self.shards), self.shuffle_shards, self.seed, self.epoch)

@@ -141,6 +141,14 @@ def _check_option(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def _check_epoch(epoch: Any) -> int:
+    """``epoch`` as an int, or a ValueError naming it (the streams' ``set_epoch``)."""
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+        msg = f"epoch must be a non-negative integer, got {epoch!r}"
+        raise ValueError(msg)
+    return int(epoch)
+
+
 def _check_seed(seed: Any) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         msg = f"seed must be a non-negative integer, got {seed!r}"
@@ -198,10 +206,7 @@ class _LineFiles(IterableDataset[Any]):
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose file order the next iteration uses (with ``shuffle_files``)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            msg = f"epoch must be a non-negative integer, got {epoch!r}"
-            raise ValueError(msg)
-        self.epoch = int(epoch)
+        self.epoch = _check_epoch(epoch)
 
     def file_order(self, epoch: int | None = None) -> list[str]:
         """The files in the order epoch ``epoch`` (default: the current one) reads them."""
