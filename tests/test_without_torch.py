@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 TESTS = Path(__file__).parent
 
 # A sitecustomize that makes `import torch` fail, as on a machine without torch.
