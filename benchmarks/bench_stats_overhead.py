@@ -58,7 +58,7 @@ def main() -> None:
                     loader._stats = recorder
                 sink.append(rate(loader, args.batches))
                 loader.close()
-        ratios = [a / b for a, b in zip(on, off)]
+        ratios = [a / b for a, b in zip(on, off, strict=True)]
         cost = 1 - statistics.median(ratios)
         print(f"| {workers} | {statistics.median(on):,.0f} | {statistics.median(off):,.0f} | {100 * cost:+.1f}% |")
 

@@ -53,9 +53,9 @@ def epochs(loader, n: int = 2) -> list:
 
 def assert_same_epochs(a: list, b: list) -> None:
     assert len(a) == len(b)
-    for epoch_a, epoch_b in zip(a, b):
+    for epoch_a, epoch_b in zip(a, b, strict=True):
         assert len(epoch_a) == len(epoch_b)
-        for batch_a, batch_b in zip(epoch_a, epoch_b):
+        for batch_a, batch_b in zip(epoch_a, epoch_b, strict=True):
             assert batch_a.keys() == batch_b.keys()
             for key in batch_a:
                 np.testing.assert_array_equal(batch_a[key], batch_b[key], err_msg=key)

@@ -6,11 +6,10 @@ import random
 
 import numpy as np
 import pytest
-from harness.save_load import run_test_save_load_state
 
+from harness.save_load import run_test_save_load_state
 from stoker import (
     ArrayDataset,
-
     BucketBatchSampler,
     DataLoader,
     DistributedSampler,

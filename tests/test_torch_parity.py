@@ -34,7 +34,7 @@ def assert_same(ours, theirs, path="batch") -> None:
     elif isinstance(theirs, (list, tuple)):
         assert type(ours) is type(theirs), f"{path}: {type(ours).__name__} != {type(theirs).__name__}"
         assert len(ours) == len(theirs), path
-        for i, (a, b) in enumerate(zip(ours, theirs)):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             assert_same(a, b, f"{path}[{i}]")
     else:
         assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
@@ -43,7 +43,7 @@ def assert_same(ours, theirs, path="batch") -> None:
 def assert_loaders_agree(ours, theirs) -> None:
     ours_batches, their_batches = list(ours), list(theirs)
     assert len(ours_batches) == len(their_batches) == len(theirs) == len(ours)
-    for i, (a, b) in enumerate(zip(ours_batches, their_batches)):
+    for i, (a, b) in enumerate(zip(ours_batches, their_batches, strict=True)):
         assert_same(a, b, f"batch {i}")
 
 
@@ -164,7 +164,7 @@ def test_torch_iterable_dataset(drop_last) -> None:
     ours = list(stoker.DataLoader(ds, batch_size=4, drop_last=drop_last))
     theirs = list(tud.DataLoader(ds, batch_size=4, drop_last=drop_last))
     assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         assert_same(a, b)
 
 

@@ -44,7 +44,6 @@ from stoker.datasets import (
 from stoker.loader import DataLoader
 from stoker.profiling import LoaderStats, profile
 from stoker.randomness import sample_rng
-from stoker.seeding_utils import seed_everything
 from stoker.samplers import (
     BatchSampler,
     BlockShuffleSampler,
@@ -56,6 +55,7 @@ from stoker.samplers import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
+from stoker.seeding_utils import seed_everything
 
 __version__ = "0.1.0"
 

@@ -149,7 +149,7 @@ class StringArray(Sequence[Any]):
                 and np.array_equal(self._data[: self._offsets[-1]], other._data[: other._offsets[-1]])
             )
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -229,7 +229,7 @@ class RecordArray(Sequence[Any]):
 
     def _record(self, i: int) -> Any:
         values = tuple(c[i] if isinstance(c, StringArray) else c[i].item() for c in self._columns)
-        return dict(zip(self._keys, values)) if self._keys is not None else values
+        return dict(zip(self._keys, values, strict=True)) if self._keys is not None else values
 
     def __getitem__(self, index: Any) -> Any:
         n = len(self)
@@ -249,7 +249,7 @@ class RecordArray(Sequence[Any]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

@@ -14,21 +14,21 @@ import math
 import multiprocessing
 import warnings
 import weakref
-from time import perf_counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from time import perf_counter
 from typing import Any, Generic, TypeVar
 
 from stoker._progress import STATE_VERSION, Progress, epoch_owner, skip_batches
 from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
+from stoker.bad_samples import BadSampleBudget, ErrorReport
 from stoker.collate import default_collate, default_convert
 from stoker.datasets import is_iterable_dataset
-from stoker.bad_samples import BadSampleBudget, ErrorReport
-from stoker.profiling.stats import LoaderStats, StatsRecorder
-from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
+from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.iterator import MultiWorkerIterator
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.pool import PoolState, WorkerPool
+from stoker.profiling.stats import LoaderStats, StatsRecorder
 from stoker.samplers import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader"]

@@ -31,7 +31,7 @@ def to_plain(batch: Any) -> Any:
 
 def assert_batches_equal(ours: list[Any], expected: list[Any]) -> None:
     assert len(ours) == len(expected), f"{len(ours)} batches != {len(expected)} expected"
-    for i, (a, b) in enumerate(zip(ours, expected)):
+    for i, (a, b) in enumerate(zip(ours, expected, strict=True)):
         assert a == b, f"batch {i} differs:\n{a}\n!=\n{b}"
 
 

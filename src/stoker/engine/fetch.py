@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any
 
-
 from stoker import randomness
 from stoker.bad_samples import SkippedSample, skipped_sample
 from stoker.profiling.stats import PROFILE_SAMPLES

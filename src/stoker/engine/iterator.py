@@ -23,10 +23,10 @@ import numpy as np
 
 from stoker._errors import ShmError, WorkerError
 from stoker._progress import Progress
-from stoker.profiling.memory import GrowthWatch
 from stoker.engine import shm, transport
 from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task
 from stoker.engine.pool import Death, PoolState, WorkerPool
+from stoker.profiling.memory import GrowthWatch
 
 __all__ = ["Ledger", "MultiWorkerIterator"]
 

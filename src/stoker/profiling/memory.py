@@ -82,6 +82,6 @@ class GrowthWatch:
     @staticmethod
     def _growing(samples: list[tuple[int, int]]) -> bool:
         values = [uss for _, uss in samples]
-        rising = all(b > a for a, b in zip(values, values[1:]))
+        rising = all(b > a for a, b in zip(values, values[1:], strict=False))
         growth = values[-1] - values[0]
         return rising and growth > _MIN_GROWTH_BYTES and growth > _MIN_GROWTH_SHARE * values[0]

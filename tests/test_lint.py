@@ -1,0 +1,20 @@
+"""The code passes the project's ruff rules (pyproject.toml, [tool.ruff.lint])."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_ruff_finds_nothing() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "src", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
