@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import glob
 import html
 import json
 import os
@@ -14,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from harness.leaks import assert_nothing_left_behind
 from stoker.cli import bench as bench_cli
 from stoker.cli import main
 from stoker.tuning import (
@@ -25,7 +25,6 @@ from stoker.tuning import (
     memory_estimate,
     sweep,
 )
-from stoker.tuning.sweep import _descendants
 
 # A dataset module written into the test's own folder, imported as MODULE:ATTR from there.
 _MODULE = '''
@@ -79,15 +78,9 @@ def module(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """No worker process or stoker shared-memory segment outlives a bench."""
+    """No worker process or stoker shared-memory segment outlives a run."""
     yield
-    deadline = time.monotonic() + 5
-    while _descendants(os.getpid()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _descendants(os.getpid()), "bench left worker processes behind"
-    assert not glob.glob(f"/dev/shm/stoker-{os.getpid()}-*"), (
-        "bench left shared-memory segments behind"
-    )
+    assert_nothing_left_behind("bench")
 
 
 def _bench(*args: str) -> int:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-import time
 
 import numpy as np
 import pytest
+
+from harness.leaks import assert_nothing_left_behind
 
 pytest.importorskip("PIL", reason="the demo writes and decodes JPEGs with Pillow (the image extra)")
 
 from stoker.cli import demo as demo_cli
 from stoker.cli import main
-from stoker.tuning.sweep import _descendants
 
 STAGES = (
     "1. naive: Pillow, file per sample, main process",
@@ -26,14 +25,9 @@ STAGES = (
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
+    """No worker process or stoker shared-memory segment outlives a run."""
     yield
-    deadline = time.monotonic() + 5
-    while _descendants(os.getpid()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _descendants(os.getpid()), "the demo left worker processes behind"
-    assert not glob.glob(f"/dev/shm/stoker-{os.getpid()}-*"), (
-        "the demo left shared-memory segments behind"
-    )
+    assert_nothing_left_behind("the demo")
 
 
 def _rows(out: str) -> dict[str, list[str]]:

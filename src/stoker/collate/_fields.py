@@ -189,3 +189,13 @@ def _positive_int_or_none(name: str, value: Any) -> None:
     ):
         msg = f"{name} must be a positive integer or None, got {value!r}"
         raise ValueError(msg)
+
+
+def _assemble(out: dict[Any, Any], keys: Sequence[Any], is_dict: bool, extras: list[tuple[Any, Any]]) -> Any:
+    """The collated fields in the samples' order, then the extra outputs (mask, lengths,
+    batch index...): a dict for dict samples, else a list with the extras appended."""
+    if is_dict:
+        result = {k: out[k] for k in keys}
+        result.update(extras)
+        return result
+    return [out[k] for k in keys] + [v for _, v in extras]

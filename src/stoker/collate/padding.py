@@ -25,6 +25,7 @@ from stoker.collate import (
 )
 from stoker.collate._fields import (
     _as_arrays,
+    _assemble,
     _check_key,
     _check_other_dims,
     _key_list,
@@ -314,11 +315,7 @@ class PadCollate:
             extras.append((self.mask_key, _to_output(mask, primary_torch)))
         if self.lengths_key is not None:
             extras.append((self.lengths_key, _to_output(_finish(primary_lengths), primary_torch)))
-        if is_dict:
-            result = {k: out[k] for k in keys}
-            result.update(extras)
-            return result
-        return [out[k] for k in keys] + [v for _, v in extras]
+        return _assemble(out, keys, is_dict, extras)
 
     @staticmethod
     def _check_pad(pad: Any, dtype: Any, is_torch: bool) -> Any:

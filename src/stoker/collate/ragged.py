@@ -22,6 +22,7 @@ from stoker.collate import (
 )
 from stoker.collate._fields import (
     _as_arrays,
+    _assemble,
     _check_key,
     _check_other_dims,
     _key_list,
@@ -170,11 +171,7 @@ class RaggedCollate:
             extras.append((self.batch_index_key, _to_output(index, index_torch)))
         if self.counts_key is not None:
             extras.append((self.counts_key, _to_output(_finish(counts), index_torch)))
-        if is_dict:
-            result = {k: out[k] for k in keys}
-            result.update(extras)
-            return result
-        return [out[k] for k in keys] + [v for _, v in extras]
+        return _assemble(out, keys, is_dict, extras)
 
     @staticmethod
     def _concat(
