@@ -103,6 +103,12 @@ class DataLoader(Generic[T]):
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
 
+    # The samplers the loader builds when none is given (stoker.torch builds ones that
+    # frameworks recognise as torch's).
+    _random_sampler_cls: Any = RandomSampler
+    _sequential_sampler_cls: Any = SequentialSampler
+    _batch_sampler_cls: Any = BatchSampler
+
     def __init__(
         self,
         dataset: Any,
@@ -228,9 +234,13 @@ class DataLoader(Generic[T]):
             _check_int("batch_size", batch_size, minimum=1, hint="or None to load unbatched samples")
 
         if sampler is None and not iterable:
-            sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+            sampler = (
+                self._random_sampler_cls(dataset, generator=generator)
+                if shuffle
+                else self._sequential_sampler_cls(dataset)
+            )
         if batch_size is not None and batch_sampler is None and not iterable:
-            batch_sampler = BatchSampler(sampler, batch_size, drop_last)  # type: ignore[arg-type]
+            batch_sampler = self._batch_sampler_cls(sampler, batch_size, drop_last)  # type: ignore[arg-type]
 
         self._iterable = iterable
         self.dataset = dataset
@@ -260,7 +270,12 @@ class DataLoader(Generic[T]):
         self._autotune_flags = (tune_workers and not is_iterable_dataset(dataset), tune_prefetch)
         self._epoch = 0
         self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
-        self._seed = 0 if is_torch_generator(generator) else resolve_base_seed(generator)
+        if is_torch_generator(generator):
+            self._seed = 0
+        else:
+            self._seed = self._fresh_seed() if generator is None else resolve_base_seed(generator)
+        self._torch_seed: tuple[int, int] | None = None  # a torch.Generator's last base seed, its epoch
+        self._skip_each_epoch = 0  # batches every epoch starts after (see _skip_batches_every_epoch)
         self._progress: Progress | None = None
         self._resume: dict[str, Any] | None = None
         self._pool: WorkerPool | None = None
@@ -279,6 +294,15 @@ class DataLoader(Generic[T]):
             )
             raise ValueError(msg)
         super().__setattr__(name, value)
+
+    def _fresh_seed(self) -> int:
+        """The base seed of a loader built with ``generator=None`` (from numpy's global RNG)."""
+        return resolve_base_seed(None)
+
+    @property
+    def _engine_collate(self) -> Callable[[Any], Any]:
+        """The collate the engine runs (stoker.torch hands out tensors after it)."""
+        return self.collate_fn
 
     @property
     def _auto_collation(self) -> bool:
@@ -307,13 +331,39 @@ class DataLoader(Generic[T]):
             if self.batch_size is not None:
                 length = length // self.batch_size if self.drop_last else math.ceil(length / self.batch_size)
             return length
-        return len(self._index_sampler)  # type: ignore[arg-type]
+        return max(0, len(self._index_sampler) - self._skip_each_epoch)  # type: ignore[arg-type]
+
+    def _skip_batches_every_epoch(self, batches: int) -> None:
+        """Every epoch starts after its first ``batches`` batches, which are never loaded.
+
+        The batches that follow keep their place in the epoch, and so their samples'
+        random seeds: what a framework's "skip the first n batches" means when it
+        resumes an epoch. ``len(loader)`` counts the batches still delivered.
+        """
+        _check_int("batches", batches, minimum=0)
+        if self._iterable and batches:
+            raise ValueError("an IterableDataset loader cannot skip batches without reading them")
+        self._skip_each_epoch = batches
 
     def __iter__(self) -> Iterator[T]:
+        """An iterator over one epoch, started lazily as torch's is.
+
+        Nothing happens until its first ``next()``: no epoch is counted, no sampler is
+        read, no worker is started. So ``iter(loader)`` followed by ``set_epoch(e)`` on
+        the sampler (the order frameworks such as Lightning use) gives epoch ``e``, and
+        an iterator that is never consumed costs nothing.
+        """
         if self.pin_memory and not self._pin_warned:
             self._pin_warned = True
             _warn_pin_memory()
-        progress, index_iter, first_position = self._start_epoch()
+        return _EpochIterator(self)
+
+    def _begin_epoch(self) -> Iterator[Any]:
+        """Starts an epoch and returns the iterator that loads it (at the first ``next()``)."""
+        reuse_pool = (
+            self.persistent_workers and self._pool is not None and self._pool.state is PoolState.RUNNING
+        )
+        progress, index_iter, first_position = self._start_epoch(new_pool=not reuse_pool)
         if self.num_workers == 0:
             return _SingleProcessIterator(self, progress, index_iter, first_position)
         if not self.persistent_workers:
@@ -323,7 +373,7 @@ class DataLoader(Generic[T]):
             return MultiWorkerIterator(
                 self, pool, owns_pool=True, progress=progress, index_iter=index_iter, first_position=first_position
             )
-        if self._pool is None or self._pool.state is not PoolState.RUNNING:
+        if not reuse_pool:
             self._pool = self._new_pool()
             self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
             self._autotuner = self._new_autotuner()
@@ -332,11 +382,16 @@ class DataLoader(Generic[T]):
         )
 
     # -- epochs, seeds and resumable state --------------------------------------------
-    def _start_epoch(self) -> tuple[Progress, Iterator[Any] | None, int]:
-        """Decides the epoch, tells the sampler, records the start state, skips resumed batches."""
+    def _start_epoch(self, *, new_pool: bool) -> tuple[Progress, Iterator[Any] | None, int]:
+        """Decides the epoch, tells the sampler, records the start state, skips resumed batches.
+
+        ``new_pool``: this epoch starts workers (or has none), so a torch.Generator gives
+        a fresh base seed, as torch's loader draws one for every new iterator.
+        """
         owner = epoch_owner(self._index_sampler) if not self._iterable else None
         resume, self._resume = self._resume, None
         skip = 0
+        draw = new_pool
         if resume is not None:
             epoch, skip = resume["epoch"], resume["batches"]
             self._seed = resume["seed"]
@@ -344,10 +399,14 @@ class DataLoader(Generic[T]):
                 self._index_sampler.load_state_dict(resume["sampler"])  # type: ignore[union-attr]
             if resume.get("generator") is not None:
                 self.generator.set_state(resume["generator"])
+            if resume.get("torch_seed") is not None:
+                self._torch_seed = (resume["torch_seed"], resume["torch_seed_epoch"])
+                draw = resume["torch_draw"]
         else:
             if owner is not None and self._left_epoch is not None and owner.epoch != self._left_epoch:
                 self._epoch = owner.epoch  # the user called set_epoch: follow it
             epoch = self._epoch
+            skip = self._skip_each_epoch
         self._epoch = epoch + 1
         if owner is not None:
             owner.set_epoch(epoch)
@@ -360,7 +419,8 @@ class DataLoader(Generic[T]):
             start["sampler"] = sampler_state()
         if is_torch_generator(self.generator):
             start["generator"] = self.generator.get_state()
-        progress = Progress(epoch=epoch, seed=self._base_seed(epoch), start=start, yielded=skip)
+            start["torch_draw"] = draw
+        progress = Progress(epoch=epoch, seed=self._epoch_seed(epoch, draw=draw), start=start, yielded=skip)
         self._progress = progress
         if self._iterable:
             if resume is not None and resume.get("dataset") is not None:
@@ -391,18 +451,26 @@ class DataLoader(Generic[T]):
             return dict(self._resume)
         progress = self._progress
         finished = progress is not None and (progress.done or progress.yielded >= self._epoch_length())
+        torch_generator = is_torch_generator(self.generator)
         if progress is None or finished:
             state: dict[str, Any] = {"epoch": self._epoch, "batches": 0}
             sampler_state = getattr(self._index_sampler, "state_dict", None)
             state["sampler"] = sampler_state() if callable(sampler_state) else None
-            state["generator"] = self.generator.get_state() if is_torch_generator(self.generator) else None
+            state["generator"] = self.generator.get_state() if torch_generator else None
+            # the next epoch draws a base seed unless persistent workers carry this one on
+            state["torch_draw"] = not (self._pool is not None and self._pool.state is PoolState.RUNNING)
         else:
             state = {"epoch": progress.epoch, "batches": progress.yielded}
             state["sampler"] = progress.start.get("sampler")
             state["generator"] = progress.start.get("generator")
+            state["torch_draw"] = progress.start.get("torch_draw", True)
             if self._iterable:
                 state["dataset"] = self._stream_state()
                 state["samples"] = progress.samples
+        if torch_generator and self._torch_seed is not None:
+            state["torch_seed"], state["torch_seed_epoch"] = self._torch_seed
+        else:
+            del state["torch_draw"]
         state["seed"] = self._seed
         state["version"] = STATE_VERSION
         return state
@@ -472,21 +540,26 @@ class DataLoader(Generic[T]):
         return self._bad_samples.report()
 
     def _epoch_length(self) -> float:
+        """Batches in the whole epoch, skipped ones included (what ``progress.yielded`` counts)."""
         try:
-            return len(self)
+            return len(self) + self._skip_each_epoch
         except TypeError:
             return float("inf")
 
-    def _base_seed(self, epoch: int) -> int:
+    def _epoch_seed(self, epoch: int, *, draw: bool) -> int:
         """The epoch's seed: keys every random scope and each worker's own seed.
 
-        With a torch.Generator it is drawn from it as torch's loader does (one int64 per
-        epoch, before the sampler draws), so shuffled orders equal torch's.
+        With a torch.Generator one int64 is drawn from it as torch's loader draws its
+        base seed (before the sampler draws), so shuffled orders equal torch's in every
+        epoch: each epoch draws, except with persistent workers, which draw once, when
+        they start. An epoch that does not draw derives its seed from the last draw.
         """
-        drawn = _draw_torch_base_seed(self.generator)
-        if drawn is not None:
-            return drawn
-        return int(epoch_rng(self._seed, epoch).integers(0, 2**62))
+        if not is_torch_generator(self.generator):
+            return int(epoch_rng(self._seed, epoch).integers(0, 2**62))
+        if draw or self._torch_seed is None:
+            self._torch_seed = (_draw_torch_base_seed(self.generator), epoch)
+        seed, drawn_at = self._torch_seed
+        return seed if epoch == drawn_at else int(epoch_rng(seed, epoch).integers(0, 2**62))
 
     def _new_autotuner(self) -> AutoTuner | None:
         tune_workers, tune_prefetch = self._autotune_flags
@@ -505,7 +578,7 @@ class DataLoader(Generic[T]):
             dataset=self.dataset,
             iterable=self._iterable,
             auto_collation=self._auto_collation,
-            collate_fn=self.collate_fn,
+            collate_fn=self._engine_collate,
             batch_size=self.batch_size,
             drop_last=self.drop_last,
             worker_init_fn=self.worker_init_fn,
@@ -542,6 +615,53 @@ class DataLoader(Generic[T]):
 _SKIPPED = object()
 
 
+class _EpochIterator:
+    """What ``iter(loader)`` returns: the epoch starts at its first ``next()``, as torch's does.
+
+    Until then nothing is decided: the epoch number (so a ``set_epoch`` call after
+    ``iter()`` still counts), the sampler's order, the workers. ``close()`` before the
+    first ``next()`` leaves the loader untouched.
+    """
+
+    __slots__ = ("__weakref__", "_closed", "_inner", "_loader")
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self._loader = loader
+        self._inner: Any = None
+        self._closed = False
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __next__(self) -> Any:
+        inner = self._inner
+        if inner is None:
+            if self._closed:
+                raise StopIteration
+            inner = self._inner = self._loader._begin_epoch()
+        return next(inner)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def start(self) -> None:
+        """Starts the epoch now, in the calling thread, without loading a batch.
+
+        Workers are started by the thread that starts the epoch and are tied to it, so
+        a helper thread that consumes this iterator (stoker.torch's pinning thread)
+        has the trainer's thread start it first.
+        """
+        if self._inner is None and not self._closed:
+            self._inner = self._loader._begin_epoch()
+
+    def close(self) -> None:
+        """Stops the epoch (its workers, unless persistent); safe to call twice."""
+        self._closed = True
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
 class _SingleProcessIterator:
     """Loads every batch in the calling thread (``num_workers=0``)."""
 
@@ -559,11 +679,11 @@ class _SingleProcessIterator:
         self._fetcher: MapFetcher | IterableFetcher
         if index_iter is None:
             self._fetcher = IterableFetcher(
-                loader.dataset, loader.batch_size, loader.collate_fn, loader.drop_last, progress.seed, first_position
+                loader.dataset, loader.batch_size, loader._engine_collate, loader.drop_last, progress.seed, first_position
             )
         else:
             self._fetcher = MapFetcher(
-                loader.dataset, loader._auto_collation, loader.collate_fn, loader._bad_samples is not None
+                loader.dataset, loader._auto_collation, loader._engine_collate, loader._bad_samples is not None
             )
 
     def __iter__(self) -> _SingleProcessIterator:

@@ -271,7 +271,9 @@ def test_a_new_epoch_supersedes_the_previous_iterator_of_persistent_workers() ->
     old = iter(loader)
     assert next(old)[0].tolist() == [0, 1]
     new = iter(loader)
+    assert next(old)[0].tolist() == [2, 3]  # the new epoch starts at its first next()
+    assert next(new)[0].tolist() == [0, 1]
     with pytest.raises(RuntimeError, match=r"superseded by a newer iter\(loader\)"):
         next(old)
-    assert [b[0].tolist() for b in new] == [[i, i + 1] for i in range(0, 20, 2)]
+    assert [b[0].tolist() for b in new] == [[i, i + 1] for i in range(2, 20, 2)]
     loader.close()

@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="pin_memory belongs to stoker.torch, which needs torch")
-from stoker import torch as stoker_torch  # noqa: E402  (needs torch, skipped above without it)
-from stoker.torch import DataLoader, _pin_batch, _PinningIterator  # noqa: E402
+from stoker.torch import DataLoader  # noqa: E402
+from stoker.torch import _loader as stoker_torch_loader  # noqa: E402  (needs torch, skipped above without it)
+from stoker.torch._pinning import PinningIterator as _PinningIterator  # noqa: E402
+from stoker.torch._pinning import pin_batch as _pin_batch  # noqa: E402
 
 _SETTLE_S = 5.0
 accelerator = pytest.mark.skipif(
@@ -170,7 +172,7 @@ def test_interpreter_exit_with_a_live_pinning_thread_is_clean() -> None:
     script = textwrap.dedent(
         """
         import itertools, sys, torch
-        from stoker.torch import _PinningIterator
+        from stoker.torch._pinning import PinningIterator as _PinningIterator
         def forever():
             for i in itertools.count():
                 yield torch.full((4,), i)
@@ -254,7 +256,7 @@ class Rows(torch.utils.data.Dataset):
 @pytest.fixture
 def cpu_pinning(monkeypatch):
     """Makes the loader believe an accelerator exists and pin with plain CPU buffers."""
-    monkeypatch.setattr(stoker_torch, "_accelerator_pin_function", lambda: (cpu_pin, None))
+    monkeypatch.setattr(stoker_torch_loader, "accelerator_pin_function", lambda: (cpu_pin, None))
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,16 @@ class WorkerPool:
         forked = context.get_start_method() == "fork"
         process = context.Process(
             target=process_worker_main,
-            args=(worker_id, task_reader, result_writer, self.spec if forked else None, os.getpid(), stack_file),
+            args=(
+                worker_id,
+                task_reader,
+                result_writer,
+                self.spec if forked else None,
+                os.getpid(),
+                stack_file,
+                # the kernel's parent-death signal follows the starting thread, not the process
+                threading.current_thread() is threading.main_thread(),
+            ),
             name=f"stoker-worker-{worker_id}",
             daemon=True,
         )

@@ -175,7 +175,12 @@ def _no_slots(index: int) -> object:
 
 
 def _set_parent_death_signal() -> None:
-    """Linux: the kernel SIGKILLs this worker when the trainer dies, however it dies."""
+    """Linux: the kernel SIGKILLs this worker when the trainer dies, however it dies.
+
+    The kernel sends it when the *thread* that started the worker ends, so the pool
+    asks for it only when that thread is the trainer's main thread; workers started
+    from another thread rely on the parent check of their loop alone.
+    """
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -204,10 +209,12 @@ def process_worker_main(
     spec: WorkerSpec | None,
     parent_pid: int,
     stack_file: str | None,
+    die_with_parent: bool = True,
 ) -> None:
     """Entry point of a process worker (a ``multiprocessing.Process`` target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer handles Ctrl-C and stops us
-    _set_parent_death_signal()
+    if die_with_parent:
+        _set_parent_death_signal()
     # fork / spawn: our parent is the trainer. forkserver: it is the fork server, so the
     # trainer's own pid is checked as well (the server outlives a killed trainer briefly).
     first_ppid = os.getppid()

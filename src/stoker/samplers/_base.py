@@ -41,6 +41,7 @@ from stoker._seeding import derive_rng, epoch_rng, is_torch_generator, resolve_b
 __all__ = [
     "EpochState",
     "IndexSampler",
+    "Randomized",
     "Sampler",
     "as_int_array",
     "check_bool",
@@ -161,17 +162,29 @@ class EpochState:
     _epoch: int
     _base_seed: int | None
     _torch_generator: Any
+    _generator: Any
+    _seeded: bool
 
     def _init_epoch_state(self, generator: Any, *, seeded: bool = True) -> None:
         self._epoch = 0
+        self._seeded = seeded
+        self._use_generator(generator)
+
+    def _use_generator(self, generator: Any) -> None:
+        self._generator = generator
         self._base_seed = None
         self._torch_generator = None
-        if not seeded:
+        if not self._seeded:
             return
         if is_torch_generator(generator):
             self._torch_generator = generator
         else:
-            self._base_seed = resolve_base_seed(generator)
+            self._base_seed = self._fresh_seed() if generator is None else resolve_base_seed(generator)
+
+    def _fresh_seed(self) -> int:
+        """The base seed of a sampler built with ``generator=None`` (numpy's global RNG)."""
+        return resolve_base_seed(None)
+
 
     @property
     def epoch(self) -> int:
@@ -266,6 +279,26 @@ class EpochState:
                 raise ValueError(msg)
             self._base_seed = resolve_base_seed(state_dict["seed"], argument="state_dict['seed']")
         self._epoch = epoch
+
+
+class Randomized:
+    """Mixin of the samplers that take ``generator=``: the ``generator`` attribute."""
+
+    _generator: Any
+
+    @property
+    def generator(self) -> Any:
+        """The ``generator=`` the sampler was built with, or the one assigned since.
+
+        Assigning a new one (as some training frameworks do, to share one
+        torch.Generator between processes) takes effect from the next epoch; the epoch
+        counter is kept.
+        """
+        return self._generator
+
+    @generator.setter
+    def generator(self, generator: Any) -> None:
+        self._use_generator(generator)  # type: ignore[attr-defined]
 
 
 class IndexSampler(EpochState, Sampler[int]):

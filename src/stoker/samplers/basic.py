@@ -7,7 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import IndexSampler, as_int_array, check_bool, check_positive_int
+from stoker.samplers._base import (
+    IndexSampler,
+    Randomized,
+    as_int_array,
+    check_bool,
+    check_positive_int,
+)
 
 __all__ = ["RandomSampler", "SequentialSampler", "SubsetRandomSampler"]
 
@@ -38,7 +44,7 @@ class SequentialSampler(IndexSampler):
         return len(self.data_source)
 
 
-class RandomSampler(IndexSampler):
+class RandomSampler(Randomized, IndexSampler):
     """Yields the indices of ``data_source`` in a random order.
 
     Without replacement every index appears once per ``len(data_source)`` samples
@@ -81,7 +87,6 @@ class RandomSampler(IndexSampler):
             )
             raise ValueError(msg)
         self._num_samples = num_samples
-        self.generator = generator
         self._init_epoch_state(generator)
 
     @property
@@ -135,7 +140,7 @@ class RandomSampler(IndexSampler):
         return self.num_samples
 
 
-class SubsetRandomSampler(IndexSampler):
+class SubsetRandomSampler(Randomized, IndexSampler):
     """Yields the given indices in a random order, each once per epoch.
 
     Args:
@@ -153,7 +158,6 @@ class SubsetRandomSampler(IndexSampler):
     def __init__(self, indices: Sequence[int], generator: Any = None) -> None:
         self.indices = indices
         self._indices = as_int_array("indices", indices, non_negative=False)
-        self.generator = generator
         self._init_epoch_state(generator)
 
     def _indices_for_epoch(self, epoch: int) -> np.ndarray:

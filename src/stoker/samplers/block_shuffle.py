@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import IndexSampler, check_positive_int
+from stoker.samplers._base import IndexSampler, Randomized, check_positive_int
 
 __all__ = ["BlockShuffleSampler"]
 
@@ -16,7 +16,7 @@ __all__ = ["BlockShuffleSampler"]
 _LOOP_MIN_WINDOW_LEN = 64
 
 
-class BlockShuffleSampler(IndexSampler):
+class BlockShuffleSampler(Randomized, IndexSampler):
     """Shuffles blocks of consecutive indices, then indices within windows of blocks.
 
     What it is for: a fully random order over data stored contiguously (packed
@@ -61,7 +61,6 @@ class BlockShuffleSampler(IndexSampler):
         self.data_source = data_source
         self.block_size = check_positive_int("block_size", block_size)
         self.window = check_positive_int("window", window)
-        self.generator = generator
         self._init_epoch_state(generator)
 
     def _indices_for_epoch(self, epoch: int) -> np.ndarray:

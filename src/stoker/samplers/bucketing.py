@@ -7,12 +7,19 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import EpochState, Sampler, as_int_array, check_bool, check_positive_int
+from stoker.samplers._base import (
+    EpochState,
+    Randomized,
+    Sampler,
+    as_int_array,
+    check_bool,
+    check_positive_int,
+)
 
 __all__ = ["BucketBatchSampler"]
 
 
-class BucketBatchSampler(EpochState, Sampler[list[int]]):
+class BucketBatchSampler(Randomized, EpochState, Sampler[list[int]]):
     """Yields batches of indices whose samples have similar lengths.
 
     Each epoch: shuffle all indices, cut them into pools of
@@ -61,7 +68,6 @@ class BucketBatchSampler(EpochState, Sampler[list[int]]):
         )
         self.shuffle = check_bool("shuffle", shuffle)
         self.drop_last = check_bool("drop_last", drop_last)
-        self.generator = generator
         self._init_epoch_state(generator, seeded=shuffle)
 
     def _epoch_batches(self) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import IndexSampler, check_bool, check_positive_int
+from stoker.samplers._base import IndexSampler, Randomized, check_bool, check_positive_int
 
 __all__ = ["WeightedRandomSampler"]
 
@@ -32,7 +32,7 @@ def _as_weights(weights: Any) -> np.ndarray:
     return arr
 
 
-class WeightedRandomSampler(IndexSampler):
+class WeightedRandomSampler(Randomized, IndexSampler):
     """Yields ``num_samples`` indices of ``range(len(weights))``, index ``i`` with
     probability proportional to ``weights[i]``.
 
@@ -74,7 +74,6 @@ class WeightedRandomSampler(IndexSampler):
                     "replacement=True or a smaller num_samples"
                 )
                 raise ValueError(msg)
-        self.generator = generator
         self._init_epoch_state(generator)
         self._weights_tensor: Any = None
 
