@@ -270,10 +270,11 @@ class DataLoader(Generic[T]):
         self._autotune_flags = (tune_workers and not is_iterable_dataset(dataset), tune_prefetch)
         self._epoch = 0
         self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
-        if is_torch_generator(generator):
-            self._seed = 0
-        else:
-            self._seed = self._fresh_seed() if generator is None else resolve_base_seed(generator)
+        # generator=None: the base seed is drawn when the first epoch starts, so building a
+        # loader leaves the global random generators as it found them (as torch's does)
+        self._seed: int | None = (
+            0 if is_torch_generator(generator) else None if generator is None else resolve_base_seed(generator)
+        )
         self._torch_seed: tuple[int, int] | None = None  # a torch.Generator's last base seed, its epoch
         self._skip_each_epoch = 0  # batches every epoch starts after (see _skip_batches_every_epoch)
         self._progress: Progress | None = None
@@ -298,6 +299,12 @@ class DataLoader(Generic[T]):
     def _fresh_seed(self) -> int:
         """The base seed of a loader built with ``generator=None`` (from numpy's global RNG)."""
         return resolve_base_seed(None)
+
+    def _base_seed(self) -> int:
+        """The loader's base seed, drawn now if the loader was built with ``generator=None``."""
+        if self._seed is None:
+            self._seed = self._fresh_seed()
+        return self._seed
 
     @property
     def _engine_collate(self) -> Callable[[Any], Any]:
@@ -555,7 +562,7 @@ class DataLoader(Generic[T]):
         they start. An epoch that does not draw derives its seed from the last draw.
         """
         if not is_torch_generator(self.generator):
-            return int(epoch_rng(self._seed, epoch).integers(0, 2**62))
+            return int(epoch_rng(self._base_seed(), epoch).integers(0, 2**62))
         if draw or self._torch_seed is None:
             self._torch_seed = (_draw_torch_base_seed(self.generator), epoch)
         seed, drawn_at = self._torch_seed

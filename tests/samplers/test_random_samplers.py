@@ -205,10 +205,19 @@ def test_int_numpy_and_none_generators_are_reproducible() -> None:
     assert list(c) == list(d)
 
     np.random.seed(11)
-    e = RandomSampler(range(100))
+    first = list(RandomSampler(range(100)))
     np.random.seed(11)
-    f = RandomSampler(range(100))
-    assert list(e) == list(f)
+    assert list(RandomSampler(range(100))) == first
+
+
+def test_building_a_sampler_without_a_generator_draws_nothing_yet() -> None:
+    """The seed is drawn at the first epoch, so code between construction and iteration
+    gets the same global random numbers as without the sampler."""
+    np.random.seed(5)
+    RandomSampler(range(100))
+    after = np.random.rand()
+    np.random.seed(5)
+    assert np.random.rand() == after
     assert list(RandomSampler(range(100), generator=8)) != list(
         RandomSampler(range(100), generator=7)
     )

@@ -132,11 +132,34 @@ def test_a_rebuild_from_public_attributes_keeps_stokers_options() -> None:
     kwargs["multiprocessing_context"] = loader.multiprocessing_context
     kwargs["sampler"] = tud.DistributedSampler(loader.dataset, num_replicas=2, rank=1, shuffle=False)
     kwargs.update(batch_sampler=None, shuffle=False)
+    next(iter(loader))  # the base seed is drawn when the first epoch starts
+    kwargs["collate_fn"] = loader.collate_fn
     rebuilt = type(loader)(**kwargs)
     assert (rebuilt.worker_mode, rebuilt.on_error, rebuilt.max_errors) == ("thread", "skip", 3)
     assert (rebuilt.copy_batches, rebuilt.memory_budget, rebuilt.num_workers) == (True, 2**26, 2)
     assert flat(rebuilt) == [i * i for i in range(1, 23, 2)] + [0]  # rank 1 of 2, padded
-    assert rebuilt._seed == loader._seed, "the rebuilt loader drew a new base seed"
+    assert rebuilt._base_seed() == loader._seed, "the rebuilt loader drew a new base seed"
+
+
+def test_building_a_loader_leaves_torchs_global_generator_alone() -> None:
+    """Code that draws after building the loader (a model's initial weights, accelerate's
+    shared sampler seed) gets the numbers it gets with torch's loader."""
+    for shuffle in (False, True):
+        torch.manual_seed(3)
+        DataLoader(Squares(), batch_size=4, shuffle=shuffle, num_workers=2)
+        ours = torch.rand(3)
+        torch.manual_seed(3)
+        tud.DataLoader(Squares(), batch_size=4, shuffle=shuffle, num_workers=2)
+        assert torch.equal(ours, torch.rand(3))
+
+
+def test_torch_manual_seed_reproduces_a_run_without_a_generator() -> None:
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(11)
+        loader = DataLoader(Squares(), batch_size=4, shuffle=True)
+        runs.append([flat(loader) for _ in range(2)])
+    assert runs[0] == runs[1] and runs[0][0] != runs[0][1]
 
 
 def test_a_plain_torch_loader_rebuilt_from_its_arguments_still_gets_torch_batches() -> None:

@@ -178,8 +178,10 @@ class EpochState:
             return
         if is_torch_generator(generator):
             self._torch_generator = generator
-        else:
-            self._base_seed = self._fresh_seed() if generator is None else resolve_base_seed(generator)
+        elif generator is not None:
+            self._base_seed = resolve_base_seed(generator)
+        # generator=None: the seed is drawn when first needed (the first epoch), so
+        # building a sampler leaves the global random generators as it found them
 
     def _fresh_seed(self) -> int:
         """The base seed of a sampler built with ``generator=None`` (numpy's global RNG)."""
@@ -198,6 +200,12 @@ class EpochState:
     @property
     def base_seed(self) -> int | None:
         """The base seed epochs derive from; ``None`` for a torch.Generator or no randomness."""
+        return self._seed_now()
+
+    def _seed_now(self) -> int | None:
+        """The base seed, drawn now for a sampler built with ``generator=None``."""
+        if self._base_seed is None and self._seeded and self._torch_generator is None:
+            self._base_seed = self._fresh_seed()
         return self._base_seed
 
     def set_epoch(self, epoch: int) -> None:
@@ -218,10 +226,11 @@ class EpochState:
         """The numpy Generator of ``epoch`` (one seed drawn from a torch.Generator)."""
         if self._torch_generator is not None:
             return derive_rng(self._torch_generator)
-        if self._base_seed is None:
+        seed = self._seed_now()
+        if seed is None:
             msg = f"{type(self).__name__} has no randomness, yet a random generator was requested"
             raise AssertionError(msg)
-        return epoch_rng(self._base_seed, epoch)
+        return epoch_rng(seed, epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """A small dict from which :meth:`load_state_dict` restores the sampler.
@@ -233,7 +242,7 @@ class EpochState:
         state: dict[str, Any] = {"type": type(self).__name__, "epoch": self._epoch}
         if self._torch_generator is not None:
             state["generator_state"] = self._torch_generator.get_state()
-        elif self._base_seed is not None:
+        elif self._seed_now() is not None:
             state["seed"] = self._base_seed
         return state
 
@@ -269,7 +278,7 @@ class EpochState:
                 )
                 raise ValueError(msg)
             self._torch_generator.set_state(state_dict["generator_state"])
-        elif self._base_seed is not None:
+        elif self._seeded or self._base_seed is not None:
             if "seed" not in state_dict:
                 msg = (
                     f"this {name} uses an int seed, but the state has no 'seed' (it was saved "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 import weakref
@@ -164,6 +165,15 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         """``generator=None``: the base seed comes from torch's global generator (or the loader
         this one was rebuilt from)."""
         return self._carried_seed if self._carried_seed is not None else draw_torch_seed()
+
+    def _base_seed(self) -> int:
+        drawn = self._seed is None
+        seed = super()._base_seed()
+        collate = self.collate_fn
+        if drawn and isinstance(collate, TorchCollate) and collate.options.seed is None and self.generator is None:
+            # a loader rebuilt from this one from now on keeps the seed
+            self.collate_fn = dataclasses.replace(collate, options=dataclasses.replace(collate.options, seed=seed))
+        return seed
 
     @property
     def _engine_collate(self) -> Callable[[Any], Any]:
