@@ -233,6 +233,8 @@ class DataLoader(Generic[T]):
         else:
             _check_int("batch_size", batch_size, minimum=1, hint="or None to load unbatched samples")
 
+        if sampler is None and batch_sampler is not None:
+            sampler = getattr(batch_sampler, "sampler", None)  # a BatchSampler's own, for set_epoch
         if sampler is None and not iterable:
             sampler = (
                 self._random_sampler_cls(dataset, generator=generator)

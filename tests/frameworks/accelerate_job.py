@@ -78,8 +78,9 @@ def main(out_dir: str, kind: str) -> None:
     resumed = accelerator.skip_first_batches(prepared, SKIP)
     record["resumed_len"] = len(resumed)
     record["resumed_engine"] = type(resumed.base_dataloader).__module__
-    record["resumed"] = [b["index"].tolist() for b in resumed]
-    record["resumed_noise"] = [[round(float(v), 6) for v in b["noise"]] for b in resumed]
+    batches = list(resumed)
+    record["resumed"] = [b["index"].tolist() for b in batches]
+    record["resumed_noise"] = [[round(float(v), 6) for v in b["noise"]] for b in batches]
     rank = accelerator.process_index
     Path(out_dir, f"rank-{rank}.json").write_text(json.dumps(record), encoding="utf-8")
     accelerator.end_training()
