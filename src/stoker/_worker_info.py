@@ -55,7 +55,9 @@ def _set_worker_info(info: WorkerInfo | None, *, owns_process: bool = False) -> 
     worker-info global) may be set too; a thread worker shares it with the trainer.
     """
     _local.info = info
-    _local.consulted = False
+    if info is None or not hasattr(_local, "consulted"):
+        # a dataset that asked once (in worker_init_fn, say) has sharded itself for good
+        _local.consulted = False
     if info is not None:
         _share_with_torch(info, owns_process)
 

@@ -582,6 +582,10 @@ class DataLoader(Generic[T]):
         """The last step before a batch reaches the user (stoker.torch converts to tensors)."""
         return batch
 
+    def _pool_worker_init_fn(self) -> Callable[[int], None] | None:
+        """What every worker of a new pool runs first (stoker.torch adds datapipe sharding)."""
+        return self.worker_init_fn
+
     def _new_pool(self) -> WorkerPool:
         spec = WorkerSpec(
             dataset=self.dataset,
@@ -590,7 +594,7 @@ class DataLoader(Generic[T]):
             collate_fn=self._engine_collate,
             batch_size=self.batch_size,
             drop_last=self.drop_last,
-            worker_init_fn=self.worker_init_fn,
+            worker_init_fn=self._pool_worker_init_fn(),
             num_workers=self.num_workers,
             threads=self.worker_threads,
             skip_errors=self._bad_samples is not None,

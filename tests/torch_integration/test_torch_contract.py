@@ -202,3 +202,39 @@ def test_accelerate_is_taught_when_it_is_imported_later(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
     assert _accelerate.install_when_imported is not None
+
+
+@pytest.mark.filterwarnings("ignore:.*DataPipe.*:UserWarning")  # torch's deprecation notice
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_iterdatapipe_shuffles_and_shards_as_with_torch(num_workers) -> None:
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    runs = {}
+    for name, cls in (("torch", tud.DataLoader), ("stoker", DataLoader)):
+        pipe = IterableWrapper(range(40)).shuffle().sharding_filter()
+        loader = cls(pipe, batch_size=5, shuffle=True, num_workers=num_workers)
+        runs[name] = [flat(loader) for _ in range(2)]
+        unshuffled = cls(IterableWrapper(range(40)).shuffle().sharding_filter(), batch_size=5, shuffle=False)
+        assert flat(unshuffled) == list(range(40)), f"{name}: shuffle=False left the shuffler on"
+    for name, epochs in runs.items():
+        for order in epochs:
+            assert sorted(order) == list(range(40)), f"{name}: not every element once"
+        assert epochs[0] != epochs[1] and epochs[0] != list(range(40)), name
+    torch.manual_seed(8)
+    again = [flat(DataLoader(IterableWrapper(range(40)).shuffle().sharding_filter(), batch_size=5,
+                             shuffle=True, num_workers=num_workers))]  # fmt: skip
+    torch.manual_seed(8)
+    assert again == [flat(DataLoader(IterableWrapper(range(40)).shuffle().sharding_filter(), batch_size=5,
+                                     shuffle=True, num_workers=num_workers))]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:.*DataPipe.*:UserWarning")
+def test_an_iterdatapipe_refuses_thread_workers_that_would_share_one_graph() -> None:
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    with pytest.raises(ValueError) as caught:
+        DataLoader(IterableWrapper(range(4)).sharding_filter(), num_workers=2, worker_mode="thread")
+    assert str(caught.value) == (
+        "an IterDataPipe graph is sharded per worker, and thread workers share one graph: "
+        "use worker_mode='process' (the default) or num_workers=1"
+    )

@@ -14,6 +14,7 @@ from torch.utils.data.dataloader import _DatasetKind
 
 from stoker.collate import default_collate
 from stoker.loader import DataLoader as _CoreDataLoader
+from stoker.torch import _datapipes
 from stoker.torch._convert import to_tensors
 from stoker.torch._pinning import PIN_JOIN_TIMEOUT_S, PinningIterator, accelerator_pin_function
 from stoker.torch._rebuilds import StokerOptions, TorchCollate, take_up
@@ -130,6 +131,9 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
                 self._carried_seed = collate_fn.options.seed
             collate_fn = collate_fn.collate
         wanted = dict(options)
+        datapipe = _datapipes.is_datapipe(dataset)
+        if datapipe:  # torch's handling: shuffle= switches the graph's shufflers
+            dataset, shuffle = _datapipes.prepare(dataset, shuffle), None
         super().__init__(
             dataset,
             batch_size,
@@ -150,6 +154,12 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
             **options,
         )
         requested = StokerOptions(**wanted, seed=self._seed if generator is None else None)
+        if datapipe and self.num_workers > 1 and self.worker_mode == "thread":
+            msg = (
+                "an IterDataPipe graph is sharded per worker, and thread workers share one graph: "
+                "use worker_mode='process' (the default) or num_workers=1"
+            )
+            raise ValueError(msg)
         # torch's own attributes, which code written for torch's loader reads
         self._dataset_kind = _DatasetKind.Iterable if self._iterable else _DatasetKind.Map
         self._IterableDataset_len_called: int | None = None
@@ -184,6 +194,20 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         collate = self.collate_fn
         torch_strings = collate.torch_strings if isinstance(collate, TorchCollate) else False
         return to_tensors(batch, torch_strings=torch_strings)
+
+    def _begin_epoch(self) -> Iterator[Any]:
+        dataset = self.dataset
+        if isinstance(dataset, _datapipes.SeededDataPipe):
+            if dataset.base_seed is None:
+                dataset.base_seed = _datapipes.draw_base_seed(self.generator)
+            if self.num_workers == 0:
+                _datapipes.shard_in_process(dataset)
+        return super()._begin_epoch()
+
+    def _pool_worker_init_fn(self) -> Callable[[int], None] | None:
+        if isinstance(self.dataset, _datapipes.SeededDataPipe):
+            return _datapipes.worker_init(self.worker_init_fn)
+        return self.worker_init_fn
 
     def _get_iterator(self) -> Iterator[T]:
         """torch's hook for making an iterator: stoker's, started at its first ``next()``."""
