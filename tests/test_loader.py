@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+
 import numpy as np
 import pytest
 
@@ -167,39 +169,96 @@ def test_pin_memory_without_torch_tensors_warns_once() -> None:
     list(loader)  # a second epoch does not warn again (warnings are errors here)
 
 
+_METHODS = multiprocessing.get_all_start_methods()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"num_workers": -1}, ValueError, r"num_workers must be an integer >= 0, got -1 \(use num_workers=0"),
-        ({"timeout": -2}, ValueError, r"timeout must be a non-negative number of seconds .* got -2"),
-        ({"prefetch_factor": 2}, ValueError, r"prefetch_factor=2 only applies to background workers\. Pass num_workers > 0"),
+        ({"num_workers": -1}, ValueError,
+         "num_workers option should be non-negative (an integer, or 'auto'), got -1 (use num_workers=0 to "
+         "load in the main process, or 'auto' to let stoker tune it)"),
+        ({"timeout": -2}, ValueError, "timeout option should be non-negative (seconds), got -2 (0 waits forever)"),
+        ({"timeout": float("nan")}, ValueError, "timeout option should be non-negative (seconds), got nan (0 waits forever)"),
+        ({"prefetch_factor": 2}, ValueError,
+         "prefetch_factor option could only be specified in multiprocessing: prefetch_factor=2 applies to "
+         "background workers. Pass num_workers > 0, or leave prefetch_factor unset (None)."),
         ({"num_workers": 1, "prefetch_factor": 0}, ValueError, "prefetch_factor must be a positive integer, got 0"),
-        ({"persistent_workers": True}, ValueError, "persistent_workers=True needs background workers"),
-        ({"shuffle": True, "sampler": [0, 1]}, ValueError, "sampler and shuffle=True are mutually exclusive"),
-        ({"batch_sampler": [[0]], "batch_size": 2}, ValueError, "batch_sampler is mutually exclusive with batch_size"),
-        ({"batch_sampler": [[0]], "drop_last": True}, ValueError, "batch_sampler is mutually exclusive"),
-        ({"batch_size": None, "drop_last": True}, ValueError, "batch_size=None disables batching, so drop_last=True"),
-        ({"batch_size": 0}, ValueError, r"batch_size must be a positive integer, got 0 \(or None"),
-        ({"batch_size": 2.5}, ValueError, "batch_size must be a positive integer, got 2.5"),
-        ({"worker_mode": "fiber"}, ValueError, r"worker_mode must be one of \('process', 'thread'\), got 'fiber'"),
-        ({"on_worker_death": "ignore"}, ValueError, "on_worker_death must be one of"),
-        ({"worker_init_fn": 3}, TypeError, "worker_init_fn must be callable"),
-        ({"collate_fn": "stack"}, TypeError, "collate_fn must be callable"),
-        ({"multiprocessing_context": "spawn"}, ValueError, r"multiprocessing_context='spawn' only applies to background workers"),
-        ({"num_workers": 1, "multiprocessing_context": "teleport"}, ValueError, "multiprocessing_context must be one of"),
-        ({"num_workers": 1, "multiprocessing_context": 5}, TypeError, "must be a start method name"),
+        ({"persistent_workers": True}, ValueError,
+         "persistent_workers option needs num_workers > 0: pass num_workers > 0, or persistent_workers=False"),
+        ({"persistent_workers": "yes", "num_workers": 1}, TypeError, "persistent_workers must be True or False, got str: 'yes'"),
+        ({"in_order": "no", "num_workers": 1}, TypeError, "in_order must be True or False, got str: 'no'"),
+        ({"copy_batches": "no"}, TypeError, "copy_batches must be True or False, got str: 'no'"),
+        ({"shuffle": True, "sampler": [0, 1]}, ValueError,
+         "sampler option is mutually exclusive with shuffle: the sampler already decides the order. "
+         "Drop shuffle=True, or pass a shuffling sampler such as RandomSampler."),
+        ({"batch_sampler": [[0]], "batch_size": 2}, ValueError,
+         "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last: the "
+         "batch sampler already decides batch size, order and the last batch. Leave those four at their defaults."),
+        ({"batch_sampler": [[0]], "drop_last": 3}, ValueError,
+         "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last: the "
+         "batch sampler already decides batch size, order and the last batch. Leave those four at their defaults."),
+        ({"batch_size": None, "drop_last": True}, ValueError,
+         "batch_size=None option disables auto-batching and is mutually exclusive with drop_last=True: "
+         "there is nothing to drop. Pass a batch_size, or drop_last=False."),
+        ({"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0 (or None to load unbatched samples)"),
+        ({"batch_size": 2.5}, ValueError, "batch_size must be a positive integer, got 2.5 (or None to load unbatched samples)"),
+        ({"drop_last": "yes"}, TypeError, "drop_last must be True or False, got str: 'yes'"),
+        ({"worker_mode": "fiber"}, ValueError, "worker_mode must be one of ('process', 'thread'), got 'fiber'"),
+        ({"on_worker_death": "ignore"}, ValueError, "on_worker_death must be one of ('raise', 'restart'), got 'ignore'"),
+        ({"worker_init_fn": 3}, TypeError, "worker_init_fn must be callable (it receives the worker id), got 3"),
+        ({"collate_fn": "stack"}, TypeError, "collate_fn must be callable (it receives a list of samples), got 'stack'"),
+        ({"multiprocessing_context": "spawn"}, ValueError,
+         "multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got "
+         "num_workers=0 and multiprocessing_context='spawn': pass num_workers > 0, or leave "
+         "multiprocessing_context unset"),
+        ({"num_workers": 1, "multiprocessing_context": "teleport"}, ValueError,
+         f"multiprocessing_context option should specify a valid start method in {_METHODS!r}, but got "
+         "multiprocessing_context='teleport'"),
+        ({"num_workers": 1, "multiprocessing_context": 5}, TypeError,
+         "multiprocessing_context option should be a valid context object or a string specifying the start "
+         "method ('fork', 'forkserver', 'spawn'), but got multiprocessing_context=5"),
     ],
-)
+)  # fmt: skip
 def test_bad_arguments_name_the_argument_and_the_fix(kwargs, error, message) -> None:
-    with pytest.raises(error, match=message):
+    """Each message starts with the words torch's loader uses, then says what to do."""
+    with pytest.raises(error) as caught:
         DataLoader(Squares(4), **kwargs)
+    assert str(caught.value) == message
+
+
+def test_numpy_integers_are_accepted_wherever_ints_are() -> None:
+    loader = DataLoader(Squares(10), batch_size=np.int64(4), num_workers=np.int32(1), prefetch_factor=np.uint8(3))
+    assert (loader.batch_size, loader.num_workers, loader.prefetch_factor) == (4, 1, 3)
+    assert all(type(v) is int for v in (loader.batch_size, loader.num_workers, loader.prefetch_factor))
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_more_workers_than_cpus_get_torchs_warning() -> None:
+    from stoker.engine.autotune import cpu_budget
+
+    with pytest.warns(UserWarning) as caught:
+        DataLoader(Squares(4), num_workers=cpu_budget() + 1)
+    (warning,) = caught
+    assert str(warning.message) == (
+        f"This DataLoader will create {cpu_budget() + 1} worker processes in total, more than the "
+        f"{cpu_budget()} CPUs this process may use. Please be aware that excessive worker creation might "
+        f"get DataLoader running slow or even freeze: lower num_workers to {cpu_budget()} or fewer, or pass "
+        "num_workers='auto' to let stoker find the best count."
+    )
+    assert warning.filename == __file__  # it points at the caller's line
 
 
 @pytest.mark.parametrize("option", [{"shuffle": True}, {"sampler": [0]}, {"batch_sampler": [[0]]}])
 def test_iterable_dataset_rejects_order_options(option) -> None:
-    (name,) = option
-    with pytest.raises(ValueError, match=f"DataLoader over an IterableDataset takes no {name} option"):
+    ((name, value),) = option.items()
+    with pytest.raises(ValueError) as caught:
         DataLoader(Stream(3), **option)
+    assert str(caught.value) == (
+        f"DataLoader with IterableDataset: expected unspecified {name} option, but got {name}={value!r}. "
+        "The dataset's own iterator decides the order: shuffle inside it (for example with a shuffle "
+        "buffer), or use a map-style dataset."
+    )
 
 
 def test_non_datasets_are_rejected_with_the_type_name() -> None:

@@ -11,18 +11,18 @@ script can switch by changing one import; the messages say what to change.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from time import perf_counter
 from typing import Any, Generic, TypeVar
 
+from stoker._loader_arguments import check_arguments, warn_excessive_workers
 from stoker._progress import STATE_VERSION, Progress, epoch_owner, skip_batches
 from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
+from stoker._validate import check_int
 from stoker.bad_samples import BadSampleBudget, ErrorReport
 from stoker.collate import default_collate, default_convert
-from stoker.datasets import is_iterable_dataset
 from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.iterator import MultiWorkerIterator
@@ -35,9 +35,6 @@ __all__ = ["DataLoader"]
 
 T = TypeVar("T")
 
-_WORKER_MODES = ("process", "thread")
-_ON_WORKER_DEATH = ("raise", "restart")
-_ON_ERROR = ("raise", "skip")
 # Attributes that define the batch stream; changing them after construction would
 # silently desynchronise the loader from its samplers, so torch forbids it and so do we.
 _FROZEN_AFTER_INIT = frozenset(
@@ -137,101 +134,20 @@ class DataLoader(Generic[T]):
         max_errors: int | float | None = 0.01,
         memory_budget: int | None = None,
     ) -> None:
-        tune_workers = num_workers == "auto"
-        tune_prefetch = prefetch_factor == "auto"
-        if tune_workers:
-            num_workers = max(1, cpu_budget() // 2) if not is_iterable_dataset(dataset) else cpu_budget()
-        if tune_prefetch:
-            if num_workers == 0:
-                msg = "prefetch_factor='auto' tunes background workers' buffers; pass num_workers > 0 or 'auto'"
-                raise ValueError(msg)
-            prefetch_factor = 2
-        _check_int(
-            "num_workers", num_workers, minimum=0,
-            hint="use num_workers=0 to load in the main process, or 'auto' to let stoker tune it",
-        )
-        if memory_budget is not None:
-            _check_int("memory_budget", memory_budget, minimum=1, hint="bytes, or None for a quarter of available memory")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
-            msg = f"timeout must be a non-negative number of seconds (0: wait forever), got {timeout!r}"
-            raise ValueError(msg)
-        if prefetch_factor is not None:
-            if num_workers == 0:
-                msg = (
-                    f"prefetch_factor={prefetch_factor!r} only applies to background workers. "
-                    "Pass num_workers > 0, or leave prefetch_factor unset (None)."
-                )
-                raise ValueError(msg)
-            _check_int("prefetch_factor", prefetch_factor, minimum=1)
-        elif num_workers > 0:
-            prefetch_factor = 2
-        if persistent_workers and num_workers == 0:
-            msg = "persistent_workers=True needs background workers: pass num_workers > 0"
-            raise ValueError(msg)
-        if worker_mode not in _WORKER_MODES:
-            msg = f"worker_mode must be one of {_WORKER_MODES}, got {worker_mode!r}"
-            raise ValueError(msg)
-        if on_worker_death not in _ON_WORKER_DEATH:
-            msg = f"on_worker_death must be one of {_ON_WORKER_DEATH}, got {on_worker_death!r}"
-            raise ValueError(msg)
-        if worker_init_fn is not None and not callable(worker_init_fn):
-            msg = f"worker_init_fn must be callable (it receives the worker id), got {worker_init_fn!r}"
-            raise TypeError(msg)
-        if collate_fn is not None and not callable(collate_fn):
-            msg = f"collate_fn must be callable (it receives a list of samples), got {collate_fn!r}"
-            raise TypeError(msg)
-        multiprocessing_context = _check_context(multiprocessing_context, num_workers)
-        if on_error not in _ON_ERROR:
-            msg = f"on_error must be one of {_ON_ERROR}, got {on_error!r}"
-            raise ValueError(msg)
+        args = check_arguments(
+            dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
+            num_workers=num_workers, collate_fn=collate_fn, drop_last=drop_last, timeout=timeout,
+            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory=pin_memory,
+            in_order=in_order, worker_mode=worker_mode, on_worker_death=on_worker_death,
+            copy_batches=copy_batches, worker_threads=worker_threads, on_error=on_error,
+            memory_budget=memory_budget,
+        )  # fmt: skip
         budget = BadSampleBudget(max_errors) if on_error == "skip" else None
-        if worker_threads is not None:
-            _check_int("worker_threads", worker_threads, minimum=1, hint="or None to leave thread pools alone")
-
-        iterable = is_iterable_dataset(dataset)
-        if iterable:
-            for name, value in (("shuffle", shuffle), ("sampler", sampler), ("batch_sampler", batch_sampler)):
-                if value not in (None, False):
-                    msg = (
-                        f"DataLoader over an IterableDataset takes no {name} option, got {name}={value!r}. "
-                        "The dataset's own iterator decides the order: shuffle inside it "
-                        "(for example with a shuffle buffer), or use a map-style dataset."
-                    )
-                    raise ValueError(msg)
-        else:
-            if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-                msg = (
-                    f"dataset must be map-style (define __getitem__ and __len__) or an "
-                    f"IterableDataset (define __iter__), got {type(dataset).__name__}"
-                )
-                raise TypeError(msg)
-            shuffle = bool(shuffle)
-
-        if sampler is not None and shuffle:
-            msg = (
-                "sampler and shuffle=True are mutually exclusive: the sampler already decides "
-                "the order. Drop shuffle=True, or pass a shuffling sampler such as RandomSampler."
-            )
-            raise ValueError(msg)
-        if batch_sampler is not None:
-            if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                msg = (
-                    "batch_sampler is mutually exclusive with batch_size, shuffle, sampler and "
-                    "drop_last: the batch sampler already decides batch size, order and the last "
-                    "batch. Leave those four at their defaults."
-                )
-                raise ValueError(msg)
-            batch_size = None
-            drop_last = False
-        elif batch_size is None:
-            if drop_last:
-                msg = (
-                    "batch_size=None disables batching, so drop_last=True has nothing to drop. "
-                    "Pass a batch_size, or drop_last=False."
-                )
-                raise ValueError(msg)
-        else:
-            _check_int("batch_size", batch_size, minimum=1, hint="or None to load unbatched samples")
+        iterable, batch_size, shuffle, drop_last = args.iterable, args.batch_size, args.shuffle, args.drop_last
+        num_workers, prefetch_factor = args.num_workers, args.prefetch_factor
+        if not args.tune_workers:
+            warn_excessive_workers(num_workers)
 
         if sampler is None and batch_sampler is not None:
             sampler = getattr(batch_sampler, "sampler", None)  # a BatchSampler's own, for set_epoch
@@ -254,22 +170,22 @@ class DataLoader(Generic[T]):
         self.prefetch_factor = prefetch_factor
         self.pin_memory = pin_memory
         self.pin_memory_device = pin_memory_device
-        self.timeout = timeout
+        self.timeout = args.timeout
         self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = multiprocessing_context
+        self.multiprocessing_context = args.multiprocessing_context
         self.generator = generator
-        self.persistent_workers = persistent_workers
-        self.in_order = in_order
+        self.persistent_workers = args.persistent_workers
+        self.in_order = args.in_order
         self.worker_mode = worker_mode
         self.on_worker_death = on_worker_death
-        self.copy_batches = copy_batches
-        self.worker_threads = worker_threads
+        self.copy_batches = args.copy_batches
+        self.worker_threads = args.worker_threads
         self.on_error = on_error
         self.max_errors = max_errors
         self._bad_samples = budget
         self._stats = StatsRecorder(num_workers)
-        self.memory_budget = memory_budget if memory_budget is not None else available_memory() // 4
-        self._autotune_flags = (tune_workers and not is_iterable_dataset(dataset), tune_prefetch)
+        self.memory_budget = args.memory_budget if args.memory_budget is not None else available_memory() // 4
+        self._autotune_flags = (args.tune_workers, args.tune_prefetch)
         self._epoch = 0
         self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
         # generator=None: the base seed is drawn when the first epoch starts, so building a
@@ -349,7 +265,7 @@ class DataLoader(Generic[T]):
         random seeds: what a framework's "skip the first n batches" means when it
         resumes an epoch. ``len(loader)`` counts the batches still delivered.
         """
-        _check_int("batches", batches, minimum=0)
+        batches = check_int("batches", batches, minimum=0)
         if self._iterable and batches:
             raise ValueError("an IterableDataset loader cannot skip batches without reading them")
         self._skip_each_epoch = batches
@@ -760,39 +676,6 @@ def _draw_torch_base_seed(generator: Any) -> int | None:
     import torch
 
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
-
-
-def _check_int(name: str, value: Any, *, minimum: int, hint: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        msg = f"{name} must be {kind}, got {value!r}"
-        if hint:
-            msg += f" ({hint})"
-        raise ValueError(msg)
-
-
-def _check_context(context: Any, num_workers: int) -> Any:
-    if context is None:
-        return None
-    if num_workers == 0:
-        msg = (
-            f"multiprocessing_context={context!r} only applies to background workers; "
-            "pass num_workers > 0, or leave multiprocessing_context unset"
-        )
-        raise ValueError(msg)
-    if isinstance(context, str):
-        methods = multiprocessing.get_all_start_methods()
-        if context not in methods:
-            msg = f"multiprocessing_context must be one of {methods} or a context object, got {context!r}"
-            raise ValueError(msg)
-        return multiprocessing.get_context(context)
-    if not isinstance(context, multiprocessing.context.BaseContext):
-        msg = (
-            "multiprocessing_context must be a start method name ('fork', 'forkserver', 'spawn') "
-            f"or a multiprocessing context object, got {context!r}"
-        )
-        raise TypeError(msg)
-    return context
 
 
 def _warn_pin_memory() -> None:

@@ -89,7 +89,7 @@ def test_auto_for_an_iterable_dataset_is_fixed_at_the_cores() -> None:
     ("kwargs", "message"),
     [
         ({"prefetch_factor": "auto"}, "prefetch_factor='auto' tunes background workers' buffers"),
-        ({"num_workers": "many"}, r"num_workers must be an integer >= 0, got 'many' \(.*'auto'"),
+        ({"num_workers": "many"}, r"num_workers option should be non-negative \(an integer, or 'auto'\), got 'many' \(.*'auto'"),
         ({"num_workers": 1, "memory_budget": 0}, "memory_budget must be a positive integer, got 0"),
     ],
 )
