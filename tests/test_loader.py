@@ -271,3 +271,33 @@ def test_batch_sampler_over_sequential_sampler_matches_default() -> None:
     explicit = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, drop_last=False))
     default = DataLoader(ds, batch_size=4)
     assert [b[0].tolist() for b in explicit] == [b[0].tolist() for b in default]
+
+
+class LongStream(IterableDataset):
+    """Says it has 4 samples, yields 6."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __iter__(self):
+        return iter(range(6))
+
+    def __repr__(self) -> str:
+        return "LongStream()"
+
+
+def test_an_iterable_longer_than_its_len_warns_once_len_was_asked() -> None:
+    loader = DataLoader(LongStream())
+    assert len(list(loader)) == 6  # nobody asked for len(): no warning (warnings are errors here)
+    assert len(loader) == 4
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    for fetched in (5, 6):
+        with pytest.warns(UserWarning) as caught:
+            next(it)
+        assert str(caught[0].message) == (
+            f"Length of IterableDataset LongStream() was reported to be 4 (when accessing len(dataloader)), "
+            f"but {fetched} samples have been fetched. The dataset's __len__ does not match what its "
+            "__iter__ yields."
+        )

@@ -195,6 +195,7 @@ class DataLoader(Generic[T]):
         )
         self._torch_seed: tuple[int, int] | None = None  # a torch.Generator's last base seed, its epoch
         self._skip_each_epoch = 0  # batches every epoch starts after (see _skip_batches_every_epoch)
+        self._length_reported: int | None = None  # len() of an IterableDataset loader, once asked
         self._progress: Progress | None = None
         self._resume: dict[str, Any] | None = None
         self._pool: WorkerPool | None = None
@@ -255,6 +256,7 @@ class DataLoader(Generic[T]):
                 raise TypeError(msg) from None
             if self.batch_size is not None:
                 length = length // self.batch_size if self.drop_last else math.ceil(length / self.batch_size)
+            self._length_reported = length  # the epochs started from now on warn past it, as torch's
             return length
         return max(0, len(self._index_sampler) - self._skip_each_epoch)  # type: ignore[arg-type]
 
@@ -552,12 +554,14 @@ class _EpochIterator:
     first ``next()`` leaves the loader untouched.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_inner", "_loader")
+    __slots__ = ("__weakref__", "_closed", "_inner", "_length", "_loader", "_yielded")
 
     def __init__(self, loader: DataLoader[Any]) -> None:
         self._loader = loader
         self._inner: Any = None
         self._closed = False
+        self._yielded = 0
+        self._length = loader._length_reported
 
     def __iter__(self) -> _EpochIterator:
         return self
@@ -568,7 +572,11 @@ class _EpochIterator:
             if self._closed:
                 raise StopIteration
             inner = self._inner = self._loader._begin_epoch()
-        return next(inner)
+        batch = next(inner)
+        self._yielded += 1
+        if self._length is not None and self._yielded > self._length:
+            _warn_longer_than_len(self._loader, self._length, self._yielded)
+        return batch
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -663,6 +671,30 @@ class _SingleProcessIterator:
 
     def __len__(self) -> int:
         return len(self._loader)
+
+
+def _warn_longer_than_len(loader: DataLoader[Any], length: int, fetched: int) -> None:
+    """torch's warning: an IterableDataset loader yields more than ``len(loader)`` said."""
+    dataset = loader.dataset
+    if loader.batch_size in (None, 1):
+        msg = (
+            f"Length of IterableDataset {dataset} was reported to be {length} (when accessing "
+            f"len(dataloader)), but {fetched} samples have been fetched. "
+        )
+    else:
+        msg = (
+            f"len(dataloader) of IterableDataset {dataset} was reported to be {length} batches, but "
+            f"{fetched} batches have been fetched. "
+        )
+    if loader.num_workers > 0:
+        msg += (
+            "For multiprocessing data-loading, this could be caused by not properly configuring the "
+            "IterableDataset replica at each worker: each worker iterates all of it unless __iter__ "
+            "shards it by worker (stoker.sharding splits files, then records, by rank and worker)."
+        )
+    else:
+        msg += "The dataset's __len__ does not match what its __iter__ yields."
+    warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 def _draw_torch_base_seed(generator: Any) -> int | None:
