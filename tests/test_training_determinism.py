@@ -53,6 +53,6 @@ def train(num_workers: int, worker_mode: str = "process") -> list[float]:
 def test_losses_are_bit_identical_with_and_without_workers() -> None:
     reference = train(0)
     assert len(reference) == 36
-    assert reference[-1] < reference[0]  # it trains
+    assert np.mean(reference[-12:]) < np.mean(reference[:12])  # it trains: the last epoch beats the first
     assert train(2) == reference
     assert train(2, worker_mode="thread") == reference

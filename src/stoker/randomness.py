@@ -2,12 +2,18 @@
 
 While stoker loads a sample, every draw from a *global* random number generator (numpy's
 ``np.random.*``, Python's ``random.*``, torch's ``torch.rand`` and friends) is served by a
-generator seeded from ``(epoch seed, position of the sample in the epoch)``, owned by the
-loading thread. So the same seed gives the same augmentations whether the sample is loaded in
+generator seeded from ``(epoch seed, position of the sample in the epoch, its index)``,
+owned by the loading thread. So the same seed gives the same augmentations whether the sample is loaded in
 the main process, in worker 3 of 4, or in a thread; different epochs differ; and the trainer's
 own global generators are never touched by loading. A collate function draws from a generator
 seeded from the batch's position instead. Outside loading, the global functions behave
 exactly as before.
+
+The position keeps a sample that an epoch visits twice (sampling with replacement) from
+drawing the same augmentation twice; the index keeps the ranks of a distributed job,
+which load different samples at the same positions with the same seed, from drawing the
+same augmentations for them, while ranks that load the same samples (tensor-parallel
+groups) still draw alike.
 
 For new code, :func:`sample_rng` hands out the per-sample ``numpy.random.Generator``
 directly.
@@ -36,6 +42,7 @@ import functools
 import random as _random
 import sys
 import threading
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -63,11 +70,14 @@ class _Scope:
     a draw finds it seeded for another position.
     """
 
-    __slots__ = ("_numpy", "_numpy_at", "_python", "_python_at", "_torch", "_torch_at", "base", "position")
+    __slots__ = (
+        "_numpy", "_numpy_at", "_python", "_python_at", "_torch", "_torch_at", "base", "index", "position",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.base = 0
         self.position = 0
+        self.index: Any = None  # the sample's dataset index, or the batch's indices
         self._numpy = np.random.RandomState(0)
         self._python = _random.Random(0)
         self._torch: Any = None
@@ -75,10 +85,13 @@ class _Scope:
 
     @property
     def key(self) -> int:
-        return _mix(self.base, self.position)
+        return _mix(_mix(self.base, self.position), _index_key(self.index))
+
+    def _at(self) -> tuple[int, int, int]:
+        return (self.base, self.position, _index_key(self.index))
 
     def numpy(self) -> np.random.RandomState:
-        at = (self.base, self.position)
+        at = self._at()
         if self._numpy_at != at:
             key = self.key
             self._numpy.seed((key & 0xFFFFFFFF) ^ (key >> 32))
@@ -86,14 +99,14 @@ class _Scope:
         return self._numpy
 
     def py(self) -> _random.Random:
-        at = (self.base, self.position)
+        at = self._at()
         if self._python_at != at:
             self._python.seed(self.key)
             self._python_at = at
         return self._python
 
     def torch_generator(self) -> Any:
-        at = (self.base, self.position)
+        at = self._at()
         if self._torch_at != at:
             if self._torch is None:
                 import torch
@@ -102,6 +115,20 @@ class _Scope:
             self._torch.manual_seed(self.key & 0x7FFFFFFFFFFFFFFF)
             self._torch_at = at
         return self._torch
+
+
+def _index_key(index: Any) -> int:
+    """A stable 64-bit key of a dataset index (or a batch's indices), equal in every process."""
+    if index is None:
+        return 0
+    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+        return (int(index) + 1) & _MASK64
+    try:
+        ints = np.asarray(index, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        ints = None
+    data = ints.tobytes() if ints is not None and ints.dtype.kind == "i" else repr(index).encode()
+    return zlib.crc32(data) | (len(data) << 32)
 
 
 def _current() -> _Scope | None:
@@ -122,6 +149,7 @@ def begin(epoch_seed: int, kind: int) -> tuple[_Scope, _Scope | None]:
     if previous is scope:  # nested (a collate inside a fetch): keep the outer one's state
         scope = _Scope()
     scope.base = _mix(epoch_seed & _MASK64, kind)
+    scope.index = None
     _local.scope = scope
     return scope, previous
 

@@ -100,3 +100,12 @@ def test_prepare_in_one_process_wraps_a_stoker_loader() -> None:
     skipped = accelerator.skip_first_batches(prepared, 3)
     assert [b["index"].tolist() for b in skipped] == batches[3:]
     assert type(skipped.base_dataloader) is stoker.torch.DataLoader
+
+
+def test_ranks_draw_different_augmentations_for_their_different_samples(runs) -> None:
+    """Both ranks share the seed; the k-th sample of each rank is a different sample, and with
+    stoker it draws differently. torch's workers start from the same seed on every rank."""
+    ours = [r["epochs"][0]["noise"] for r in runs["stoker"]]
+    theirs = [r["epochs"][0]["noise"] for r in runs["torch"]]
+    assert ours[0] != ours[1]
+    assert theirs[0] == theirs[1]

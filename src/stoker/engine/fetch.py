@@ -79,7 +79,7 @@ class MapFetcher:
         if not self.auto_collation:
             scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
             try:
-                scope.position = position
+                scope.position, scope.index = position, index
                 sample = dataset[index]
             except Exception as exc:
                 if not self.skip_errors:
@@ -88,13 +88,13 @@ class MapFetcher:
                 raise AllSkipped from None
             finally:
                 randomness.end(previous)
-            return self._timed_collate(sample, epoch_seed, batch_index, start)
+            return self._timed_collate(sample, epoch_seed, batch_index, start, index)
         if self.skip_errors:
             samples = self._fetch_skipping(index, epoch_seed, batch_index, position)
         elif self._getitems is not None:
             scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
             try:
-                scope.position = batch_index
+                scope.position, scope.index = batch_index, index
                 samples = self._getitems(index)
             finally:
                 randomness.end(previous)
@@ -106,15 +106,15 @@ class MapFetcher:
                 samples = []
                 append = samples.append
                 for offset, i in enumerate(index):
-                    scope.position = position + offset
+                    scope.position, scope.index = position + offset, i
                     append(dataset[i])
             finally:
                 randomness.end(previous)
-        return self._timed_collate(samples, epoch_seed, batch_index, start)
+        return self._timed_collate(samples, epoch_seed, batch_index, start, index)
 
-    def _timed_collate(self, samples: Any, epoch_seed: int, batch_index: int, start: float) -> Any:
+    def _timed_collate(self, samples: Any, epoch_seed: int, batch_index: int, start: float, index: Any) -> Any:
         fetched = perf_counter()
-        batch = self._collate_in_scope(samples, epoch_seed, batch_index)
+        batch = self._collate_in_scope(samples, epoch_seed, batch_index, index)
         self.fetch_s = fetched - start
         self.collate_s = perf_counter() - fetched
         return batch
@@ -125,7 +125,7 @@ class MapFetcher:
         scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
         try:
             for offset, i in enumerate(index):
-                scope.position = position + offset
+                scope.position, scope.index = position + offset, i
                 began = perf_counter()
                 samples.append(dataset[i])
                 seconds = perf_counter() - began
@@ -141,7 +141,7 @@ class MapFetcher:
         if self._getitems is not None:
             scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
             try:
-                scope.position = batch_index
+                scope.position, scope.index = batch_index, index
                 return self._getitems(index)
             except Exception:
                 pass  # find the bad samples one by one below
@@ -151,7 +151,7 @@ class MapFetcher:
         scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
         try:
             for offset, i in enumerate(index):
-                scope.position = position + offset
+                scope.position, scope.index = position + offset, i
                 try:
                     samples.append(dataset[i])
                 except Exception as exc:
@@ -162,10 +162,10 @@ class MapFetcher:
             raise AllSkipped
         return samples
 
-    def _collate_in_scope(self, samples: Any, epoch_seed: int, batch_index: int) -> Any:
+    def _collate_in_scope(self, samples: Any, epoch_seed: int, batch_index: int, index: Any) -> Any:
         scope, previous = randomness.begin(epoch_seed, randomness.COLLATE)
         try:
-            scope.position = batch_index
+            scope.position, scope.index = batch_index, index
             return self._collate(samples)
         finally:
             randomness.end(previous)
