@@ -301,3 +301,16 @@ def test_an_iterable_longer_than_its_len_warns_once_len_was_asked() -> None:
             f"but {fetched} samples have been fetched. The dataset's __len__ does not match what its "
             "__iter__ yields."
         )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_skipping_bad_samples_of_a_stream_is_refused_with_where_to_do_it(num_workers) -> None:
+    """A stream has no index to skip: the loader says so at once instead of ignoring the
+    option (no workers) or failing on the first batch of a healthy stream (workers)."""
+    with pytest.raises(ValueError) as caught:
+        DataLoader(Stream(3), on_error="skip", num_workers=num_workers)
+    assert str(caught.value) == (
+        "on_error='skip' leaves bad samples of a map-style dataset out by index, and Stream is an "
+        "IterableDataset, whose samples have no index to skip. Handle bad records inside the stream: "
+        "stoker's stream readers (TextLines, JsonLines, TarShards) take on_error='skip' themselves."
+    )

@@ -128,6 +128,14 @@ def check_arguments(
             "memory_budget", memory_budget, minimum=1, hint="bytes, or None for a quarter of available memory"
         )
 
+    if iterable and on_error == "skip":
+        msg = (
+            f"on_error='skip' leaves bad samples of a map-style dataset out by index, and "
+            f"{type(dataset).__name__} is an IterableDataset, whose samples have no index to skip. "
+            "Handle bad records inside the stream: stoker's stream readers (TextLines, JsonLines, "
+            "TarShards) take on_error='skip' themselves."
+        )
+        raise ValueError(msg)
     if iterable:
         for name, value in (("shuffle", shuffle), ("sampler", sampler), ("batch_sampler", batch_sampler)):
             given = value not in (None, False) if name == "shuffle" else value is not None
