@@ -38,6 +38,7 @@ import numpy as np
 from stoker._errors import DatasetError, DatasetIndexError
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
+from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
 from stoker.vision.decode import SizeHint, _simplejpeg, check_size_hint, decode_image
 from stoker.vision.transforms import call_with_shared_rng
 
@@ -338,8 +339,14 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
         raise FileNotFoundError(msg)
     paths: list[str] = []
     labels: list[int] = []
+    claims: dict[Identity, Claim] = {}
+    claim_directory(root, claims, "the dataset root")
+    for _, dirname in class_dirs:
+        claim_directory(os.path.join(root, dirname), claims, f"class {dirname!r}")
     for label, (_, dirname) in enumerate(class_dirs):
-        found = _walk_class(os.path.join(root, dirname), dirname, extensions)
+        found = _walk_class(
+            os.path.join(root, dirname), dirname, extensions, claims, f"class {dirname!r}"
+        )
         if not found:
             logger.warning(
                 "ImageFolder: class folder %r holds no files ending in %s; "
@@ -363,31 +370,25 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
     return paths, labels, {name: label for label, (name, _) in enumerate(class_dirs)}
 
 
-def _walk_class(top: str, prefix: str, extensions: tuple[str, ...]) -> list[str]:
-    """Image paths under one class folder, relative to root, in sorted-walk order."""
-    found: list[
-        tuple[str, str, str]
-    ] = []  # (sort key of the directory, sort key of the file, path)
-    pending = [(top, prefix)]
-    seen: set[tuple[int, int]] = set()
-    while pending:
-        directory, relative = pending.pop()
-        stat = os.stat(directory)
-        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop: walk each directory once
-            continue
-        seen.add((stat.st_dev, stat.st_ino))
-        key = _nfc(relative)
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                child = f"{relative}/{entry.name}"
-                if entry.is_dir():
-                    pending.append((entry.path, child))
-                elif entry.name.lower().endswith(extensions) and entry.is_file():
-                    found.append((key, _nfc(entry.name), child))
-    found.sort()
-    return [path for _, _, path in found]
+def _walk_class(
+    top: str, prefix: str, extensions: tuple[str, ...], claims: dict[Identity, Claim], owner: str
+) -> list[str]:
+    """Image paths under one class folder, relative to root, in sorted-walk order.
+
+    Each directory is walked once (a symlink loop lists nothing twice); a link to the root or
+    into another class folder raises (see ``_walk.walk_files``) instead of giving that folder's
+    images this class's label.
+    """
+
+    def keep(name: str) -> bool:
+        return name.lower().endswith(extensions)
+
+    found = walk_files(top, relative=prefix, keep=keep, claims=claims, owner=owner)
+    return [f"{f.folder}/{f.name}" for f in sorted(found, key=_walk_order)]
+
+
+def _walk_order(found: WalkedFile) -> tuple[str, str]:
+    return _nfc(found.folder), _nfc(found.name)
 
 
 def _relabel(

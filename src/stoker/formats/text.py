@@ -42,6 +42,7 @@ from stoker._errors import DatasetError
 from stoker._seeding import epoch_rng
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
+from stoker.formats._walk import walk_files
 from stoker.sharding import shard_records
 
 __all__ = ["JsonLines", "TextLines"]
@@ -122,16 +123,12 @@ def _resolve_files(
 
 
 def _walk(root: str, suffixes: tuple[str, ...] | None) -> list[str]:
-    found = []
-    for folder, dirs, names in os.walk(root, followlinks=True):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in names:
-            if name.startswith("."):
-                continue
-            if suffixes and not name.lower().endswith(suffixes):
-                continue
-            found.append(os.path.join(folder, name))
-    return sorted(found)
+    """The files under ``root``, sorted, each directory walked once (see ``_walk.walk_files``)."""
+
+    def keep(name: str) -> bool:
+        return not suffixes or name.lower().endswith(suffixes)
+
+    return sorted(found.path for found in walk_files(root, keep=keep))
 
 
 def _check_option(name: str, value: Any, allowed: tuple[str, ...]) -> str:
