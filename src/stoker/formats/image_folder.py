@@ -39,7 +39,15 @@ from stoker._errors import DatasetError, DatasetIndexError
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
 from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
-from stoker.vision.decode import SizeHint, _simplejpeg, check_size_hint, decode_image
+from stoker.vision.decode import (
+    PILLOW_LIMIT,
+    MaxPixels,
+    SizeHint,
+    _simplejpeg,
+    check_max_pixels,
+    check_size_hint,
+    decode_image,
+)
 from stoker.vision.transforms import call_with_shared_rng
 
 __all__ = ["IMG_EXTENSIONS", "INDEX_FORMAT", "ImageFolder"]
@@ -84,6 +92,10 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
             hint from the transform (``Resize(256)`` first: 256; crops first: none);
             ``"full"`` always decodes at full size. The transform then receives the
             reduced image.
+        max_pixels: an image whose header declares more pixels than this is refused
+            (an :class:`~stoker.vision.ImageDecodeError` naming the file and its size)
+            before it is decoded: ``"pillow"`` (default: Pillow's
+            ``PIL.Image.MAX_IMAGE_PIXELS``), an int, or ``None`` for no limit.
 
     Attributes:
         classes: class names, ordered by label.
@@ -119,12 +131,14 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         decode: str = "auto",
         rgb: bool = True,
         size_hint: int | tuple[int, int] | str | None = None,
+        max_pixels: MaxPixels = PILLOW_LIMIT,
     ) -> None:
         if decode not in _DECODE:
             msg = f"decode must be one of {_DECODE}, got {decode!r}"
             raise ValueError(msg)
         if size_hint != "full":
             check_size_hint(size_hint)
+        self.max_pixels = check_max_pixels(max_pixels)
         if decode == "simplejpeg":
             _simplejpeg(required=True)  # a missing package fails here, not in a worker
         for name, fn in (("transform", transform), ("target_transform", target_transform)):
@@ -245,6 +259,7 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
             backend="pillow" if to_pil else self.decode,
             to_pil=to_pil,
             source=path,
+            max_pixels=self.max_pixels,
         )
         if transform is not None:
             image = call_with_shared_rng(transform, image)
