@@ -78,6 +78,23 @@ def test_tar_shards_read_every_sample_once_despite_symlink_loops(tmp_path: Path)
     assert sorted(keys) == ["first0", "first1", "first2", "second0", "second1", "second2"]
 
 
+@pytest.mark.timeout(60)  # glob.glob(recursive=True) runs for minutes on this tree
+def test_a_recursive_glob_pattern_lists_every_file_once_despite_symlink_loops(
+    tmp_path: Path, monkeypatch
+) -> None:
+    root = looped_tree(tmp_path / "data", write_lines)
+    os.symlink("../sub", root / "b" / "sub" / "again")
+    ds = JsonLines(f"{root}/**/*.jsonl")
+    assert [os.path.relpath(p, root) for p in ds.files] == ["a/first.jsonl", "b/sub/second.jsonl"]
+    assert len(list(ds)) == 4
+    assert [os.path.relpath(p, root) for p in TextLines(f"{root}/b/**/s*.txt").files] == [
+        "b/sub/second.txt"
+    ]
+    monkeypatch.chdir(root)
+    assert list(TextLines("**/first.txt").files) == ["a/first.txt"]
+    assert list(TextLines("*/first.txt").files) == ["a/first.txt"]
+
+
 def test_a_linked_folder_outside_the_tree_is_read_once(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     write_lines(elsewhere, "outside")

@@ -13,17 +13,24 @@ read twice, under two owners (a link inside one class folder to the dataset root
 another class would otherwise give their images the wrong label).
 
 Names starting with a dot are skipped, like the hidden files they usually are.
+
+``glob.glob(pattern, recursive=True)`` follows directory links under ``**`` the same way (a
+loop makes it run for minutes), so :func:`glob_files` walks the pattern's fixed prefix once
+and matches each file against the pattern, segment by segment.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stoker._errors import DatasetError
 
-__all__ = ["Claim", "WalkedFile", "claim_directory", "walk_files"]
+__all__ = ["Claim", "WalkedFile", "claim_directory", "glob_files", "walk_files"]
 
 Identity = tuple[int, int]
 
@@ -121,3 +128,34 @@ def walk_files(
             elif (entry.is_file() or entry.is_symlink()) and (keep is None or keep(entry.name)):
                 found.append(WalkedFile(folder, entry.name, entry.path))
     return found
+
+
+def glob_files(pattern: str) -> list[str]:
+    """The files matching a glob pattern, sorted; ``**`` matches any number of folders, each
+    folder walked once whatever its links (see :func:`walk_files`)."""
+    parts = pattern.split("/")
+    if "**" not in parts:
+        return sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
+    fixed = 0
+    while fixed < len(parts) and not glob.has_magic(parts[fixed]):
+        fixed += 1
+    root = "/".join(parts[:fixed]) or ("/" if pattern.startswith("/") else ".")
+    if not os.path.isdir(root):
+        return []
+    rest = [None if part == "**" else re.compile(fnmatch.translate(part)) for part in parts[fixed:]]
+    found = []
+    for walked in walk_files(root):
+        segments = [*walked.folder.split("/"), walked.name] if walked.folder else [walked.name]
+        if _matches(rest, segments):
+            found.append(walked.path if parts[:fixed] else os.path.relpath(walked.path, root))
+    return sorted(found)
+
+
+def _matches(patterns: Sequence[re.Pattern[str] | None], segments: Sequence[str]) -> bool:
+    """Whether path ``segments`` match the pattern's (None stands for ``**``: any number)."""
+    if not patterns:
+        return not segments
+    head, tail = patterns[0], patterns[1:]
+    if head is None:
+        return any(_matches(tail, segments[skip:]) for skip in range(len(segments) + 1))
+    return bool(segments) and head.fullmatch(segments[0]) is not None and _matches(tail, segments[1:])

@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import codecs
-import glob
 import json
 import logging
 import os
@@ -47,7 +46,7 @@ from stoker._seeding import epoch_rng
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
 from stoker.formats._compressed import GZIP_ERRORS, check_gzip, is_gzip_name, open_gzip
-from stoker.formats._walk import walk_files
+from stoker.formats._walk import glob_files, walk_files
 from stoker.sharding import shard_records
 
 __all__ = ["JsonLines", "TextLines"]
@@ -112,7 +111,7 @@ def _resolve_files(
             if suffixes:
                 where += f" (files ending in {', '.join(suffixes)})"
         elif _GLOB_CHARS & set(spec):
-            found = sorted(p for p in glob.glob(spec, recursive=True) if os.path.isfile(p))
+            found = glob_files(spec)
             where = f"the pattern {spec!r}"
         elif (must_exist is not None and not must_exist(spec)) or os.path.isfile(spec):
             found, where = [spec], spec  # a URL, or one file
