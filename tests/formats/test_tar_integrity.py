@@ -9,6 +9,7 @@ import os
 import tarfile
 import zlib
 
+import numpy as np
 import pytest
 from damage import bits_to_try, flipped, silent_deflate_flips, truncated
 
@@ -217,3 +218,30 @@ def test_a_member_larger_than_max_member_bytes_is_refused_without_reading_it(tmp
     with pytest.raises(ValueError, match="max_member_bytes must be a positive integer or None, got 0"):
         TarShards([path], max_member_bytes=0)
 
+
+
+def test_npy_members_are_checked_before_numpy_trusts_their_header(tmp_path) -> None:
+    objects, bomb = io.BytesIO(), io.BytesIO()
+    np.save(objects, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    header = {"descr": "<f8", "fortran_order": False, "shape": (10**10,)}
+    np.lib.format.write_array_header_1_0(bomb, header)
+    bomb.write(bytes(16))  # 16 bytes of data, 80 GB declared
+    shards = write_tar_shards(
+        [{"__key__": "objects", "npy": objects.getvalue()}, {"__key__": "bomb", "npy": bomb.getvalue()}],
+        str(tmp_path / "npy-%d.tar"),
+    )
+    ds = TarShards(shards, decode=True, on_error="skip")
+    assert list(ds) == [] and ds.skipped == 2
+    it = iter(TarShards(shards, decode=True))
+    with pytest.raises(DatasetError) as caught:
+        next(it)
+    text = str(caught.value)
+    assert "sample 'objects': cannot decode the sample's 'npy' file: ValueError: it holds Python objects" in text
+    assert "stoker does not unpickle data it reads" in text and "allow_pickle" not in text
+    with pytest.raises(DatasetError) as caught:
+        list(TarShards(shards[0:1], decode=True, on_error=lambda exc: "objects" in str(exc)))
+    assert (
+        "sample 'bomb': cannot decode the sample's 'npy' file: ValueError: its header declares "
+        "(10000000000,) of float64 (80,000,000,000 bytes of data), but 16 bytes follow it: the member "
+        "is damaged" in str(caught.value)
+    )

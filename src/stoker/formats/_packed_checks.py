@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from stoker.formats._npy import read_npy_header
 from stoker.formats._packed_manifest import read_regular_file, regular_file_size
 from stoker.formats._packed_spec import ALIGN, BLOB_KINDS, PackedFormatError, Schema
 
@@ -37,20 +38,14 @@ _REWRITE = "write the dataset again (stoker pack / PackedWriter)"
 def _npy_header(stream: BinaryIO, path: str, what: str) -> tuple[np.dtype, tuple[int, ...], int]:
     """``(dtype, shape, data offset)`` of a C-ordered ``.npy`` file, or PackedFormatError."""
     try:
-        version = np.lib.format.read_magic(stream)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
-        else:
-            raise ValueError(f"unknown .npy format version {version}")
-    except Exception as exc:  # numpy raises ValueError, SyntaxError, ... for a damaged header
-        msg = f"{what} {path!r} has a damaged .npy header ({type(exc).__name__}: {exc}): {_REWRITE}"
+        header = read_npy_header(stream)
+    except ValueError as exc:
+        msg = f"{what} {path!r} has a damaged .npy header ({exc}): {_REWRITE}"
         raise PackedFormatError(msg) from None
-    if fortran:
+    if header.fortran_order:
         msg = f"{what} {path!r} has a damaged .npy header (it claims Fortran order): {_REWRITE}"
         raise PackedFormatError(msg)
-    return dtype, shape, stream.tell()
+    return header.dtype, header.shape, header.offset
 
 
 def _wrong_array(path: str, what: str, got: tuple[Any, Any], expected: tuple[Any, Any]) -> PackedFormatError:

@@ -45,6 +45,7 @@ import numpy as np
 from stoker._errors import DatasetError
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
+from stoker.formats._npy import read_npy_header
 from stoker.formats._tar_stream import BadSample, check_shard, is_url, read_samples
 from stoker.formats.tar_writer import IMAGE_EXTENSIONS, check_count, write_tar_shards
 from stoker.formats.text import (
@@ -81,6 +82,20 @@ def _decode_text(data: bytes) -> str:
 
 
 def _decode_npy(data: bytes) -> np.ndarray:
+    """The array of a ``.npy`` member, after checking its header against the member's bytes."""
+    header = read_npy_header(io.BytesIO(data))  # ValueError, reported with the sample
+    if header.dtype.hasobject:
+        msg = (
+            f"it holds Python objects ({header.dtype}), which are stored as pickles; stoker does not "
+            "unpickle data it reads (unpickling can run any code). Store numbers, bools or strings"
+        )
+        raise ValueError(msg)
+    if header.offset + header.data_bytes != len(data):
+        msg = (
+            f"its header declares {header.shape} of {header.dtype} ({header.data_bytes:,} bytes of "
+            f"data), but {len(data) - header.offset:,} bytes follow it: the member is damaged"
+        )
+        raise ValueError(msg)
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
