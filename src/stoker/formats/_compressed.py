@@ -15,12 +15,23 @@ import os
 import zlib
 from typing import Any, BinaryIO
 
-__all__ = ["GZIP_ERRORS", "GZIP_MAGIC", "EMPTY_GZIP", "check_gzip", "drain", "is_gzip_name", "open_gzip"]
+__all__ = [
+    "EMPTY_GZIP",
+    "GZIP_DAMAGE",
+    "GZIP_ERRORS",
+    "GZIP_MAGIC",
+    "check_gzip",
+    "drain",
+    "is_gzip_name",
+    "open_gzip",
+]
 
 GZIP_MAGIC = b"\x1f\x8b"
-# What a damaged gzip stream raises: gzip.BadGzipFile is an OSError; a stream that stops
-# early raises EOFError, a garbled deflate block zlib.error.
-GZIP_ERRORS = (OSError, EOFError, zlib.error)
+# What a damaged gzip stream raises: gzip.BadGzipFile (an OSError) for a bad header or
+# trailer, EOFError for a stream that stops early, zlib.error for a garbled deflate block.
+GZIP_DAMAGE = (gzip.BadGzipFile, EOFError, zlib.error)
+# ... and what reading one can raise besides (a missing file, a failed read).
+GZIP_ERRORS = (*GZIP_DAMAGE, OSError)
 _CHUNK_BYTES = 1 << 20
 # gzip.GzipFile reads an empty file as empty data, but a gzip file holds at least one
 # member (a header and a trailer: 18 bytes); an empty one was cut off.

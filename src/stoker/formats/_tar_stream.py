@@ -5,8 +5,9 @@ checks a gzip stream's CRC-32 and length (it stops at the archive's end marker, 
 compressed stream ends), reads a member's data whole whatever size its header claims, and
 hands out links and device files as members without data. So here:
 
-- a shard must end with the end-of-archive marker, and a gzipped one must then pass its
-  gzip check (the rest of the compressed stream is read to its trailer);
+- a shard must end with the end-of-archive marker, and a compressed one must then pass its
+  checks (the rest of the stream is read to its end; a gzipped one is read by ``gzip``,
+  which checks the CRC-32 and length there);
 - a member whose header claims more than ``max_member_bytes`` is not read, and its sample
   is reported (the cap bounds what a small compressed shard can inflate to in memory);
 - a link, device or FIFO member is not silently dropped: its sample is reported;
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from stoker._errors import DatasetError
-from stoker.formats._compressed import EMPTY_GZIP, GZIP_ERRORS, GZIP_MAGIC, drain
+from stoker.formats._compressed import EMPTY_GZIP, GZIP_DAMAGE, GZIP_ERRORS, GZIP_MAGIC, drain
 
 __all__ = ["BadSample", "check_shard", "is_url", "read_samples"]
 
@@ -106,8 +107,12 @@ def _payload(stream: BinaryIO) -> tuple[BinaryIO, bool]:
 
 def _corrupt(url: str, exc: BaseException, when: str) -> DatasetError:
     detail = str(exc) or (EMPTY_GZIP if isinstance(exc, EOFError) else "")
+    if isinstance(exc, (*GZIP_DAMAGE, tarfile.TarError)):
+        what = "is truncated or corrupt"
+    else:
+        what, when = "cannot be read", ""  # a missing file, a failed download, ...
     msg = (
-        f"tar shard {url!r} is truncated or corrupt: {type(exc).__name__}: {detail}. {when}"
+        f"tar shard {url!r} {what}: {type(exc).__name__}: {detail}. {when}"
         "Rewrite or remove the shard, or pass on_error='skip' to skip what is left of it."
     )
     return DatasetError(msg)
@@ -155,8 +160,9 @@ def read_samples(url: str, *, max_member_bytes: int | None) -> Iterator[dict[str
                     raise AssertionError(f"tarfile returned no data for the file member {member.name!r}")
                 sample[split[1]] = extracted.read()
             _check_end(archive)
-            if compressed:
-                drain(payload)  # the gzip trailer follows the tar's end marker and padding
+            # A compressed stream's checksums (gzip's trailer, bzip2's and xz's last checks)
+            # follow the tar's end marker and padding: read to the end to check them.
+            drain(archive.fileobj)  # type: ignore[arg-type]
             if key is not None:
                 yield BadSample(url, key, "; ".join(problems)) if problems else sample
     except (*GZIP_ERRORS, tarfile.TarError) as exc:

@@ -45,7 +45,13 @@ from stoker._errors import DatasetError
 from stoker._seeding import epoch_rng
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
-from stoker.formats._compressed import GZIP_ERRORS, check_gzip, is_gzip_name, open_gzip
+from stoker.formats._compressed import (
+    GZIP_DAMAGE,
+    GZIP_ERRORS,
+    check_gzip,
+    is_gzip_name,
+    open_gzip,
+)
 from stoker.formats._walk import glob_files, walk_files
 from stoker.sharding import shard_records
 
@@ -279,8 +285,9 @@ class _LineFiles(IterableDataset[Any]):
                     yield file_index, line_number, text
         except _READ_ERRORS as exc:
             where = f"after line {line_number}" if line_number else "before its first line"
-            damage = "The file is truncated or corrupt"
-            if line_number and compressed and self.verify != "open":
+            damaged = isinstance(exc, GZIP_DAMAGE)
+            damage = "The file is truncated or corrupt" if damaged else "The file cannot be read"
+            if damaged and line_number and compressed and self.verify != "open":
                 damage += (
                     ", and the lines read from it may be damaged too (pass verify='open' to "
                     "check each compressed file in full before reading it)"
