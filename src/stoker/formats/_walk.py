@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 from stoker._errors import DatasetError
 
 __all__ = ["Claim", "WalkedFile", "claim_directory", "glob_files", "walk_files"]
+
+logger = logging.getLogger("stoker")
 
 Identity = tuple[int, int]
 
@@ -98,7 +101,7 @@ def walk_files(
         owner: what this walk reads, as messages name it (for example ``"class 'cat'"``).
 
     A link to a file, and a link whose target is missing, are listed like files: reading
-    them says what is wrong.
+    them says what is wrong. A FIFO, socket or device is left out, with a warning.
     """
     claims = {} if claims is None else claims
     found: list[WalkedFile] = []
@@ -125,8 +128,11 @@ def walk_files(
                 identity = (entry.stat(follow_symlinks=False).st_dev, entry.inode())
                 if claim_directory(entry.path, claims, owner, identity):
                     real.append((entry.path, child))
-            elif (entry.is_file() or entry.is_symlink()) and (keep is None or keep(entry.name)):
-                found.append(WalkedFile(folder, entry.name, entry.path))
+            elif keep is None or keep(entry.name):
+                if entry.is_file() or entry.is_symlink():
+                    found.append(WalkedFile(folder, entry.name, entry.path))
+                else:  # reading a FIFO blocks, a device never ends
+                    logger.warning("left out %r: it is a FIFO, socket or device, not a file", entry.path)
     return found
 
 
