@@ -1,9 +1,11 @@
 """``PackedDataset``: a map-style dataset over packed shards, read through ``mmap``.
 
-Opening reads the manifest and every shard's index (checking each index against the
-checksum in the manifest) and compares every data file's size with the manifest, so a
-truncated shard fails at once with the file and the first record it cuts. Data files are
-memory-mapped on first use; a sample's bytes and arrays are views of the mapping, not
+Opening checks the structure of the whole dataset without reading any payload: the
+manifest (its own checksum from version 2, then every key, see ``_packed_manifest``), each
+index and keys file against the size and crc32 in the manifest, every file's ``.npy``
+header, every data file's size (a truncated shard fails at once with the file and the
+first record it cuts) and every index entry's extents (see ``_packed_checks``). Data files
+are memory-mapped on first use; a sample's bytes and arrays are views of the mapping, not
 copies. With ``verify="read"`` each record's crc32 is checked when it is read, with
 ``verify="open"`` every record's once when the dataset is opened.
 
@@ -72,10 +74,11 @@ class PackedDataset(Dataset[Any]):
 
     Args:
         path: the dataset directory.
-        verify: ``False`` (default: structure only: the manifest, each index against its
-            checksum, each data file's size), ``"open"`` (also every record's crc32, once,
-            when opened: reads all the data) or ``"read"`` (also each record's crc32 each
-            time it is read; about 7 us per 30 KB record).
+        verify: ``False`` (default: structure only: the manifest, each index and keys
+            file against its checksum, every file's header and size, every index entry's
+            extents), ``"open"`` (also every record's crc32, once, when opened: reads all
+            the data) or ``"read"`` (also each record's crc32 each time it is read; about
+            7 us per 30 KB record). See docs/integrity.md for what each mode guarantees.
         transform: called on each record; its result is the sample. With a transform the
             dataset has no ``__getitems__`` (so the loader fetches sample by sample and a
             random transform draws from each sample's own ``stoker.sample_rng()``).
@@ -84,9 +87,9 @@ class PackedDataset(Dataset[Any]):
 
     Raises:
         PackedFormatError: the directory has no complete manifest (the write did not
-            finish), a shard is missing, truncated or its index damaged, or, with
-            ``verify="open"``, a record fails its checksum. The message names the file
-            and the record.
+            finish), the manifest is damaged or malformed, a shard file is missing, not a
+            regular file, truncated or damaged, or, with ``verify="open"``, a record fails
+            its checksum. The message names the file and the key or the record.
 
     Example:
         >>> import tempfile, numpy as np
