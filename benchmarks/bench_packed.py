@@ -22,6 +22,13 @@ Run: ``.venv/bin/python benchmarks/bench_packed.py`` (about 2 minutes). It asser
 instead (docs/packed-format.md): random reads of N small records from a numpy memmap
 layout, an Arrow IPC file and LMDB, warm and cold (Arrow and LMDB only where pyarrow and
 lmdb are installed; stoker does not depend on them).
+
+``--verify`` measures instead what each ``PackedDataset(verify=...)`` mode costs on the same
+packed JPEGs, as a ratio to ``verify=False`` (docs/integrity.md): opening (``"open"`` checks
+every record there), one epoch of the JPEG workload through ``stoker.DataLoader``, and one
+pass of bare record fetches (``__getitems__`` in block-shuffled batches, no decoding: the
+worst case for ``"read"``). Each round runs the modes side by side in a rotating order, warm
+page cache; figures are medians over the rounds.
 """
 
 from __future__ import annotations
@@ -70,8 +77,8 @@ class _PackedBytes(Sequence):
 class PackedJpegDataset(JpegDataset):
     """``JpegDataset`` whose encoded bytes come from a packed dataset instead of files."""
 
-    def __init__(self, packed_dir: str, crop: int) -> None:
-        packed = PackedDataset(packed_dir)
+    def __init__(self, packed_dir: str, crop: int, verify: bool | str = False) -> None:
+        packed = PackedDataset(packed_dir, verify=verify)
         super().__init__([], len(packed), crop)
         self.paths = _PackedBytes(packed)  # type: ignore[assignment]
 
@@ -285,6 +292,65 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - start
 
 
+# ------------------------------------------------------------------ the cost of verification
+
+VERIFY_MODES: tuple[bool | str, ...] = (False, "read", "open")
+
+
+def compare_verify(packed_dir: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Per verify mode, per round: open time, epoch rate of the JPEG workload, bare fetch time."""
+    files = [os.path.join(packed_dir, name) for name in os.listdir(packed_dir)]
+    results: dict[str, dict[str, list[float]]] = {
+        str(mode): {"open_ms": [], "epoch_batches_s": [], "fetch_us": []} for mode in VERIFY_MODES
+    }
+    for r in range(args.rounds):
+        order = VERIFY_MODES[r % 3 :] + VERIFY_MODES[: r % 3]
+        for mode in order:
+            warm(files)
+            if args.wait_idle:
+                wait_for_idle(args.wait_idle)
+            start = time.perf_counter()
+            ds = PackedDataset(packed_dir, verify=mode)
+            results[str(mode)]["open_ms"].append((time.perf_counter() - start) * 1e3)
+            sampler = stoker.BlockShuffleSampler(ds, block_size=args.block_size, window=args.window, generator=r)
+            order_of_reads = list(sampler)
+            start = time.perf_counter()
+            for s in range(0, len(order_of_reads), args.batch_size):
+                ds.__getitems__(order_of_reads[s : s + args.batch_size])
+            results[str(mode)]["fetch_us"].append((time.perf_counter() - start) / len(ds) * 1e6)
+            jpegs = PackedJpegDataset(packed_dir, crop=args.crop, verify=mode)
+            sampler = stoker.BlockShuffleSampler(jpegs, block_size=args.block_size, window=args.window, generator=r)
+            rate = time_epoch(jpegs, sampler, args.batch_size, args.workers)
+            results[str(mode)]["epoch_batches_s"].append(rate)
+            print(
+                f"round {r + 1}/{args.rounds} verify={mode!r:7}: open {results[str(mode)]['open_ms'][-1]:8.1f} ms, "
+                f"fetch {results[str(mode)]['fetch_us'][-1]:6.2f} us/record, epoch {rate:6.1f} batches/s",
+                flush=True,
+            )
+    base = results["False"]
+    print()
+    print(
+        f"PackedDataset(verify=...), {len(PackedDataset(packed_dir))} records; median of {args.rounds} rounds, "
+        "ratio to verify=False with the per-round range in brackets"
+    )
+    print("| verify | open (ms) | ratio | bare fetch (us/record) | ratio | JPEG epoch (batches/s) | epoch time ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    summary: dict[str, Any] = {"rounds": results}
+    for mode in VERIFY_MODES:
+        row = results[str(mode)]
+        cells = []
+        for key, higher_is_faster in (("open_ms", False), ("fetch_us", False), ("epoch_batches_s", True)):
+            per_round = [
+                (b / v if higher_is_faster else v / b) for v, b in zip(row[key], base[key], strict=True)
+            ]
+            median = statistics.median(row[key])
+            ratio = (statistics.median(base[key]) / median) if higher_is_faster else median / statistics.median(base[key])
+            cells.append(f"{median:.2f} | {ratio:.2f}x [{min(per_round):.2f}-{max(per_round):.2f}]")
+            summary.setdefault(str(mode), {})[key] = {"median": median, "ratio": ratio, "per_round": per_round}
+        print(f"| {mode!r} | " + " | ".join(cells) + " |")
+    return summary
+
+
 # ------------------------------------------------------------------ packed against loose
 
 
@@ -304,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="before each epoch, wait up to S seconds for other processes to leave the CPUs idle")
     parser.add_argument("--containers", type=int, nargs="?", const=20000, metavar="N",
                         help="instead: compare candidate containers on N records (default 20000; needs pyarrow, lmdb)")
+    parser.add_argument("--verify", action="store_true",
+                        help="instead: the cost of each PackedDataset(verify=...) mode on the packed JPEGs")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -322,6 +390,22 @@ def main(argv: list[str] | None = None) -> int:
     pack(paths, packed_dir, args.shard_mb << 20)
     shards = list(PackedDataset(packed_dir).shard_paths)
     packed_files = [os.path.join(packed_dir, name) for name in os.listdir(packed_dir)]
+    if args.verify:
+        try:
+            summary = compare_verify(packed_dir, args)
+        finally:
+            for folder in folders:
+                folder.remove()
+            shutil.rmtree(packed_dir, ignore_errors=True)
+        summary["setup"] = {
+            "count": len(paths), "sizes": sizes, "shards": len(shards), "git": _git_commit(),
+            "python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
+        }
+        print(f"git {_git_commit()}; {len(paths)} JPEGs in {len(shards)} shards; load average {os.getloadavg()[0]:.2f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(summary, f, indent=1)
+        return 0
     loose_bytes = sum(os.path.getsize(p) for p in paths)
     packed_bytes = sum(os.path.getsize(p) for p in packed_files)
     print(

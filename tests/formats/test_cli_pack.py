@@ -6,6 +6,7 @@ import io
 import json
 import os
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -213,3 +214,14 @@ def test_a_saved_image_folder_index_is_used_instead_of_walking(tmp_path, image_f
     keys = [ds.key(i) for i in range(len(ds))]
     assert "chat/added_later.jpg" not in keys and keys[0] == "chat/1.jpg"
     assert ds.classes == ["chat", "empty", "猫"]
+
+
+def test_pack_writes_format_version_2_with_a_manifest_checksum(tmp_path, image_folder) -> None:
+    dst = tmp_path / "dst"
+    assert pack(tmp_path / "src", dst) == 0
+    with open(dst / "manifest.json") as f:
+        manifest = json.load(f)
+    assert manifest["version"] == 2
+    body = {key: value for key, value in manifest.items() if key != "manifest_crc32"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert manifest["manifest_crc32"] == zlib.crc32(canonical.encode("ascii"))

@@ -297,7 +297,11 @@ def test_every_file_is_plain_numpy_or_json_and_matches_the_spec(tmp_path) -> Non
     )
     with open(os.path.join(path, "manifest.json")) as f:
         manifest = json.load(f)
-    assert manifest["format"] == "stoker-packed" and manifest["version"] == FORMAT_VERSION == 1
+    assert manifest["format"] == "stoker-packed" and manifest["version"] == FORMAT_VERSION == 2
+    body = {key: value for key, value in manifest.items() if key != "manifest_crc32"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert manifest["manifest_crc32"] == zlib.crc32(canonical.encode("ascii"))
+    assert list(manifest)[-1] == "manifest_crc32"
     assert manifest["classes"] == ["a", "b"] and manifest["metadata"] == {"m": 1}
     shard = manifest["shards"][0]
     data = np.load(os.path.join(path, shard["data"]), mmap_mode="r")  # a standard .npy

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 FORMAT_NAME = "stoker-packed"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest carries its own checksum; version 1 is still read
 MANIFEST_NAME = "manifest.json"
 # Every file is first written under its final name plus this suffix and renamed when the
 # whole dataset is finished; the manifest is renamed last.

@@ -38,7 +38,16 @@ import numpy as np
 from stoker._errors import DatasetError, DatasetIndexError
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
-from stoker.vision.decode import SizeHint, _simplejpeg, check_size_hint, decode_image
+from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
+from stoker.vision.decode import (
+    PILLOW_LIMIT,
+    MaxPixels,
+    SizeHint,
+    _simplejpeg,
+    check_max_pixels,
+    check_size_hint,
+    decode_image,
+)
 from stoker.vision.transforms import call_with_shared_rng
 
 __all__ = ["IMG_EXTENSIONS", "INDEX_FORMAT", "ImageFolder"]
@@ -83,6 +92,10 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
             hint from the transform (``Resize(256)`` first: 256; crops first: none);
             ``"full"`` always decodes at full size. The transform then receives the
             reduced image.
+        max_pixels: an image whose header declares more pixels than this is refused
+            (an :class:`~stoker.vision.ImageDecodeError` naming the file and its size)
+            before it is decoded: ``"pillow"`` (default: Pillow's
+            ``PIL.Image.MAX_IMAGE_PIXELS``), an int, or ``None`` for no limit.
 
     Attributes:
         classes: class names, ordered by label.
@@ -118,12 +131,14 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         decode: str = "auto",
         rgb: bool = True,
         size_hint: int | tuple[int, int] | str | None = None,
+        max_pixels: MaxPixels = PILLOW_LIMIT,
     ) -> None:
         if decode not in _DECODE:
             msg = f"decode must be one of {_DECODE}, got {decode!r}"
             raise ValueError(msg)
         if size_hint != "full":
             check_size_hint(size_hint)
+        self.max_pixels = check_max_pixels(max_pixels)
         if decode == "simplejpeg":
             _simplejpeg(required=True)  # a missing package fails here, not in a worker
         for name, fn in (("transform", transform), ("target_transform", target_transform)):
@@ -244,6 +259,7 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
             backend="pillow" if to_pil else self.decode,
             to_pil=to_pil,
             source=path,
+            max_pixels=self.max_pixels,
         )
         if transform is not None:
             image = call_with_shared_rng(transform, image)
@@ -338,8 +354,14 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
         raise FileNotFoundError(msg)
     paths: list[str] = []
     labels: list[int] = []
+    claims: dict[Identity, Claim] = {}
+    claim_directory(root, claims, "the dataset root")
+    for _, dirname in class_dirs:
+        claim_directory(os.path.join(root, dirname), claims, f"class {dirname!r}")
     for label, (_, dirname) in enumerate(class_dirs):
-        found = _walk_class(os.path.join(root, dirname), dirname, extensions)
+        found = _walk_class(
+            os.path.join(root, dirname), dirname, extensions, claims, f"class {dirname!r}"
+        )
         if not found:
             logger.warning(
                 "ImageFolder: class folder %r holds no files ending in %s; "
@@ -363,31 +385,25 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
     return paths, labels, {name: label for label, (name, _) in enumerate(class_dirs)}
 
 
-def _walk_class(top: str, prefix: str, extensions: tuple[str, ...]) -> list[str]:
-    """Image paths under one class folder, relative to root, in sorted-walk order."""
-    found: list[
-        tuple[str, str, str]
-    ] = []  # (sort key of the directory, sort key of the file, path)
-    pending = [(top, prefix)]
-    seen: set[tuple[int, int]] = set()
-    while pending:
-        directory, relative = pending.pop()
-        stat = os.stat(directory)
-        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop: walk each directory once
-            continue
-        seen.add((stat.st_dev, stat.st_ino))
-        key = _nfc(relative)
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                child = f"{relative}/{entry.name}"
-                if entry.is_dir():
-                    pending.append((entry.path, child))
-                elif entry.name.lower().endswith(extensions) and entry.is_file():
-                    found.append((key, _nfc(entry.name), child))
-    found.sort()
-    return [path for _, _, path in found]
+def _walk_class(
+    top: str, prefix: str, extensions: tuple[str, ...], claims: dict[Identity, Claim], owner: str
+) -> list[str]:
+    """Image paths under one class folder, relative to root, in sorted-walk order.
+
+    Each directory is walked once (a symlink loop lists nothing twice); a link to the root or
+    into another class folder raises (see ``_walk.walk_files``) instead of giving that folder's
+    images this class's label.
+    """
+
+    def keep(name: str) -> bool:
+        return name.lower().endswith(extensions)
+
+    found = walk_files(top, relative=prefix, keep=keep, claims=claims, owner=owner)
+    return [f"{f.folder}/{f.name}" for f in sorted(found, key=_walk_order)]
+
+
+def _walk_order(found: WalkedFile) -> tuple[str, str]:
+    return _nfc(found.folder), _nfc(found.name)
 
 
 def _relabel(

@@ -1,9 +1,11 @@
 """``PackedDataset``: a map-style dataset over packed shards, read through ``mmap``.
 
-Opening reads the manifest and every shard's index (checking each index against the
-checksum in the manifest) and compares every data file's size with the manifest, so a
-truncated shard fails at once with the file and the first record it cuts. Data files are
-memory-mapped on first use; a sample's bytes and arrays are views of the mapping, not
+Opening checks the structure of the whole dataset without reading any payload: the
+manifest (its own checksum from version 2, then every key, see ``_packed_manifest``), each
+index and keys file against the size and crc32 in the manifest, every file's ``.npy``
+header, every data file's size (a truncated shard fails at once with the file and the
+first record it cuts) and every index entry's extents (see ``_packed_checks``). Data files
+are memory-mapped on first use; a sample's bytes and arrays are views of the mapping, not
 copies. With ``verify="read"`` each record's crc32 is checked when it is read, with
 ``verify="open"`` every record's once when the dataset is opened.
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import io
 import json
 import os
 import zlib
@@ -29,12 +30,10 @@ import numpy as np
 
 from stoker._errors import DatasetIndexError
 from stoker.datasets import Dataset
+from stoker.formats._packed_checks import check_data_file, check_index, load_npy, map_payload
+from stoker.formats._packed_manifest import read_manifest
 from stoker.formats._packed_spec import (
     BLOB_KINDS,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    PARTIAL_SUFFIX,
     PackedFormatError,
     Schema,
     fspath,
@@ -75,10 +74,11 @@ class PackedDataset(Dataset[Any]):
 
     Args:
         path: the dataset directory.
-        verify: ``False`` (default: structure only: the manifest, each index against its
-            checksum, each data file's size), ``"open"`` (also every record's crc32, once,
-            when opened: reads all the data) or ``"read"`` (also each record's crc32 each
-            time it is read; about 7 us per 30 KB record).
+        verify: ``False`` (default: structure only: the manifest, each index and keys
+            file against its checksum, every file's header and size, every index entry's
+            extents), ``"open"`` (also every record's crc32, once, when opened: reads all
+            the data) or ``"read"`` (also each record's crc32 each time it is read; about
+            7 us per 30 KB record). See docs/integrity.md for what each mode guarantees.
         transform: called on each record; its result is the sample. With a transform the
             dataset has no ``__getitems__`` (so the loader fetches sample by sample and a
             random transform draws from each sample's own ``stoker.sample_rng()``).
@@ -87,9 +87,9 @@ class PackedDataset(Dataset[Any]):
 
     Raises:
         PackedFormatError: the directory has no complete manifest (the write did not
-            finish), a shard is missing, truncated or its index damaged, or, with
-            ``verify="open"``, a record fails its checksum. The message names the file
-            and the record.
+            finish), the manifest is damaged or malformed, a shard file is missing, not a
+            regular file, truncated or damaged, or, with ``verify="open"``, a record fails
+            its checksum. The message names the file and the key or the record.
 
     Example:
         >>> import tempfile, numpy as np
@@ -236,7 +236,10 @@ class PackedDataset(Dataset[Any]):
         length = int(opened.columns["key_length"][i])
         if length == 0:
             return None
-        return opened.keys[shard][start : start + length].tobytes().decode("utf-8", "surrogatepass")
+        try:
+            return opened.keys[shard][start : start + length].tobytes().decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise _damaged_text(opened, shard, i, "its key", exc) from None
 
     def describe_sample(self, index: int) -> str:
         """Where sample ``index`` is stored: the shard file, the record, and its key."""
@@ -282,14 +285,17 @@ class PackedDataset(Dataset[Any]):
         if self.verify == "read":
             _check_record(opened, shard, i, data, offset, int(columns["length"][i]), int(columns["crc32"][i]))
         values = []
-        for k, spec in enumerate(opened.schema.fields):
-            if spec.kind in BLOB_KINDS:
-                start = offset + int(columns[f"start{k}"][i])
-                end = start + int(columns[f"nbytes{k}"][i])
-                shape = tuple(columns[f"shape{k}"][i].tolist()) if spec.kind == "array" and spec.ndim else ()
-                values.append(self._blob(spec.kind, spec.dtype, shape, data[start:end]))
-            else:
-                values.append(columns[f"value{k}"][i].item())
+        try:
+            for k, spec in enumerate(opened.schema.fields):
+                if spec.kind in BLOB_KINDS:
+                    start = offset + int(columns[f"start{k}"][i])
+                    end = start + int(columns[f"nbytes{k}"][i])
+                    shape = tuple(columns[f"shape{k}"][i].tolist()) if spec.kind == "array" and spec.ndim else ()
+                    values.append(self._blob(spec.kind, spec.dtype, shape, data[start:end]))
+                else:
+                    values.append(columns[f"value{k}"][i].item())
+        except UnicodeDecodeError as exc:
+            raise _damaged_text(opened, shard, i, "a str field", exc) from None
         record = _assemble(opened.schema, values)
         return record if self.transform is None else self.transform(record)
 
@@ -331,12 +337,15 @@ class PackedDataset(Dataset[Any]):
         for j, shard in enumerate(shards):
             data = _map(opened, shard)
             values = []
-            for spec, first, ends, shapes in per_field:
-                if ends is None:
-                    values.append(first[j])
-                else:
-                    shape = tuple(shapes[j]) if shapes is not None else ()
-                    values.append(self._blob(spec.kind, spec.dtype, shape, data[first[j] : ends[j]]))
+            try:
+                for spec, first, ends, shapes in per_field:
+                    if ends is None:
+                        values.append(first[j])
+                    else:
+                        shape = tuple(shapes[j]) if shapes is not None else ()
+                        values.append(self._blob(spec.kind, spec.dtype, shape, data[first[j] : ends[j]]))
+            except UnicodeDecodeError as exc:
+                raise _damaged_text(opened, shard, int(idx[j]), "a str field", exc) from None
             samples.append(_assemble(opened.schema, values))
         return samples
 
@@ -353,24 +362,7 @@ def _map(opened: _Opened, shard: int) -> np.ndarray:
     """Shard ``shard``'s payload as a read-only uint8 array over its memory mapping."""
     array = opened.maps[shard]
     if array is None:
-        path = opened.shard_paths[shard]
-        expected = opened.manifest["shards"][shard]["data_bytes"]
-        if expected == 0:  # mmap cannot map an empty payload
-            array = np.zeros(0, dtype=np.uint8)
-            array.flags.writeable = False
-        else:
-            try:
-                mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                msg = f"cannot memory-map shard {path!r}: {exc}. The file changed since the dataset was opened."
-                raise PackedFormatError(msg) from exc
-            if mapped.dtype != np.uint8 or mapped.shape != (expected,):
-                msg = (
-                    f"shard {path!r} holds {mapped.dtype}{list(mapped.shape)} but the manifest says "
-                    f"uint8[{expected}]: the file was replaced or damaged"
-                )
-                raise PackedFormatError(msg)
-            array = mapped.view(np.ndarray)
+        array = map_payload(opened.shard_paths[shard], opened.manifest["shards"][shard])
         opened.maps[shard] = array
     return array
 
@@ -383,16 +375,29 @@ def _assemble(schema: Schema, values: list[Any]) -> Any:
     return {spec.name: value for spec, value in zip(schema.fields, values, strict=True)}
 
 
+def _record_name(opened: _Opened, shard: int, i: int) -> str:
+    local = i - opened.starts_list[shard]
+    return f"{opened.shard_paths[shard]}: record {local} of this shard (dataset index {i})"
+
+
 def _check_record(opened: _Opened, shard: int, i: int, data: np.ndarray, offset: int, length: int, crc: int) -> None:
     actual = zlib.crc32(data[offset : offset + length])
     if actual != crc:
-        local = i - opened.starts_list[shard]
         msg = (
-            f"{opened.shard_paths[shard]}: record {local} of this shard (dataset index {i}) fails its checksum: "
+            f"{_record_name(opened, shard, i)} fails its checksum: "
             f"crc32 stored 0x{crc:08x}, computed 0x{actual:08x} over bytes {offset}..{offset + length} of the "
             f"payload. {_CORRUPT_HINT}"
         )
         raise PackedFormatError(msg)
+
+
+def _damaged_text(opened: _Opened, shard: int, i: int, what: str, exc: UnicodeDecodeError) -> PackedFormatError:
+    msg = (
+        f"{_record_name(opened, shard, i)} has {what} that "
+        f"is not valid UTF-8 ({exc.reason} at byte {exc.start}), so the shard is damaged "
+        f"(verify='read' would have found it by its checksum). {_CORRUPT_HINT}"
+    )
+    return PackedFormatError(msg)
 
 
 def _verify_all(opened: _Opened, path: str) -> None:
@@ -410,92 +415,31 @@ def _verify_all(opened: _Opened, path: str) -> None:
                 _check_record(opened, shard, lo + j, data, offset, length, crc)
 
 
-def _read_manifest(path: str) -> dict[str, Any]:
-    if not os.path.isdir(path):
-        what = "does not exist" if not os.path.exists(path) else "is not a directory"
-        msg = f"packed dataset {path!r} {what}; pass the directory that PackedWriter or `stoker pack` wrote"
-        raise FileNotFoundError(msg)
-    manifest_path = os.path.join(path, MANIFEST_NAME)
-    if not os.path.exists(manifest_path):
-        partials = sorted(name for name in os.listdir(path) if name.endswith(PARTIAL_SUFFIX))
-        if partials:
-            msg = (
-                f"{path!r} has no {MANIFEST_NAME}: the write did not finish (it crashed or was aborted; "
-                f"{len(partials)} partial file(s) such as {partials[0]!r} remain). Write the dataset again "
-                "(PackedWriter(..., overwrite=True) or `stoker pack` into an empty directory)."
-            )
-        else:
-            msg = (
-                f"{path!r} has no {MANIFEST_NAME}: it is not a finished packed dataset (the write did not "
-                "finish, or this is not a directory written by PackedWriter / `stoker pack`)."
-            )
-        raise PackedFormatError(msg)
-    try:
-        with open(manifest_path, "rb") as f:
-            raw = f.read()
-        manifest = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        msg = f"{manifest_path} is not valid JSON ({exc}): the manifest is damaged; write the dataset again"
-        raise PackedFormatError(msg) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        found = manifest.get("format") if isinstance(manifest, dict) else None
-        msg = f"{manifest_path} is not a {FORMAT_NAME} manifest (its 'format' is {found!r})"
-        raise PackedFormatError(msg)
-    version = manifest.get("version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        msg = (
-            f"{manifest_path} is format version {version!r}, but this stoker reads versions up to "
-            f"{FORMAT_VERSION}; upgrade stoker to read it"
-        )
-        raise PackedFormatError(msg)
-    manifest[_FINGERPRINT] = zlib.crc32(raw)  # never written: tells one writing of the dataset from another
-    return manifest
-
-
-def _load_npy(path: str, size: int, crc: int, what: str) -> np.ndarray:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        msg = f"{what} {path!r} is missing: the dataset is incomplete; write it again"
-        raise PackedFormatError(msg) from None
-    if len(raw) != size or zlib.crc32(raw) != crc:
-        problem = (
-            f"is {len(raw)} bytes but the manifest says {size}"
-            if len(raw) != size
-            else f"fails its checksum (crc32 0x{zlib.crc32(raw):08x}, manifest 0x{crc:08x})"
-        )
-        msg = f"{what} {path!r} {problem}: it is damaged; write the dataset again"
-        raise PackedFormatError(msg)
-    return np.load(io.BytesIO(raw), allow_pickle=False)
-
-
 def _load(path: str, pid: int) -> _Opened:
-    manifest = _read_manifest(path)
-    schema = Schema.from_json(manifest["schema"])
+    manifest, schema, fingerprint = read_manifest(path)
+    manifest[_FINGERPRINT] = fingerprint  # never written: tells one writing of the dataset from another
     index_dtype = schema.index_dtype()
-    shard_paths, indices, keys, counts = [], [], [], []
-    for number, shard in enumerate(manifest["shards"]):
+    shard_paths, indices, keys = [], [], []
+    first = 0
+    for shard in manifest["shards"]:
         data_path = os.path.join(path, shard["data"])
         index_path = os.path.join(path, shard["index"])
-        index = _load_npy(index_path, shard["index_file_bytes"], shard["index_crc32"], "index file")
-        if index.dtype != index_dtype or index.shape != (shard["records"],):
-            msg = (
-                f"index file {shard['index']!r} of shard {number} holds {index.shape[0]} rows of {index.dtype} "
-                f"but the manifest describes {shard['records']} records of {index_dtype}: it is damaged"
-            )
-            raise PackedFormatError(msg)
         keys_path = os.path.join(path, shard["keys"])
-        keys.append(_load_npy(keys_path, shard["keys_file_bytes"], shard["keys_crc32"], "keys file"))
-        _check_data_file(data_path, shard, index, sum(counts))
+        records = shard["records"]
+        index = load_npy(
+            index_path, shard["index_file_bytes"], shard["index_crc32"], "index file", index_dtype, (records,)
+        )
+        keys_file = load_npy(
+            keys_path, shard["keys_file_bytes"], shard["keys_crc32"], "keys file", np.dtype(np.uint8), None
+        )
+        check_index(index, schema, shard["data_bytes"], len(keys_file), data_path, first)
+        check_data_file(data_path, shard, index, first)
         shard_paths.append(data_path)
         indices.append(index)
-        counts.append(shard["records"])
-    starts = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    if int(starts[-1]) != manifest["records"]:
-        msg = f"{path}/{MANIFEST_NAME} says {manifest['records']} records but its shards hold {int(starts[-1])}"
-        raise PackedFormatError(msg)
+        keys.append(keys_file)
+        first += records
+    starts = np.zeros(len(indices) + 1, dtype=np.int64)
+    np.cumsum([shard["records"] for shard in manifest["shards"]], out=starts[1:])
     columns = {}
     for name in index_dtype.names or ():
         column = np.concatenate([index[name] for index in indices]) if indices else np.zeros(
@@ -514,31 +458,3 @@ def _load(path: str, pid: int) -> _Opened:
         maps=[None] * len(shard_paths),
         pid=pid,
     )
-
-
-def _check_data_file(data_path: str, shard: dict[str, Any], index: np.ndarray, first: int) -> None:
-    try:
-        size = os.stat(data_path).st_size
-    except FileNotFoundError:
-        msg = f"shard data file {data_path!r} is missing ({shard['records']} records): the dataset is incomplete"
-        raise PackedFormatError(msg) from None
-    expected = shard["data_file_bytes"]
-    ends = index["offset"] + index["length"]
-    if len(ends) and int(ends.max()) > shard["data_bytes"]:
-        raise PackedFormatError(f"index of {data_path!r} points past its data: the index is damaged")
-    if size < expected:
-        payload = size - (expected - shard["data_bytes"])
-        cut = np.flatnonzero(ends > payload)
-        local = int(cut[0]) if cut.size else len(ends)
-        msg = (
-            f"shard {data_path!r} is truncated: {size} bytes on disk, the manifest says {expected}. "
-            f"Record {local} of this shard (dataset index {first + local}) and the {max(0, len(ends) - local - 1)} "
-            "after it are cut off. Copy the file again or re-create the dataset."
-        )
-        raise PackedFormatError(msg)
-    if size > expected:
-        msg = (
-            f"shard {data_path!r} is {size} bytes but the manifest says {expected}: it was modified "
-            "after the dataset was written; re-create the dataset"
-        )
-        raise PackedFormatError(msg)

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 import stoker
+from stoker.formats._packed_manifest import with_checksum
 from stoker.formats._packed_spec import (
     ALIGN,
     BLOB_KINDS,
@@ -169,7 +170,7 @@ class PackedWriter:
             for partial in self._partials:
                 os.replace(partial, partial[: -len(PARTIAL_SUFFIX)])
             _fsync_directory(self.path)
-            manifest = self._manifest()
+            manifest = with_checksum(self._manifest())
             target = os.path.join(self.path, MANIFEST_NAME)
             with open(target + PARTIAL_SUFFIX, "w", encoding="utf-8") as f:
                 json.dump(manifest, f, indent=1, ensure_ascii=True)

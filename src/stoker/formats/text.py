@@ -7,10 +7,13 @@ many files as readers, every ``k``-th record of a shared file when there are few
 every record is read exactly once per epoch, whatever the numbers of ranks and workers.
 
 Files come as a list, a glob pattern (``"data/*.jsonl.gz"``, ``**`` allowed) or a
-directory (read recursively, hidden names skipped). Patterns and directories are sorted,
+directory (read recursively, each folder once whatever its links, hidden names skipped). Patterns and directories are sorted,
 so every rank sees the same list; a list is kept in the order given. Paths are held in a
 :class:`~stoker.compact.StringArray`, so forked workers never copy them. Files ending in
-``.gz`` are decompressed on the fly.
+``.gz`` are decompressed on the fly; their checksum is checked when they end, or before
+their first record with ``verify="open"``. A line that is not valid text in the encoding
+costs that line only: it is reported with its file and line number (or skipped and
+counted with ``on_error="skip"``), and the lines around it are read as usual.
 
 With ``shuffle_files=True`` the file order is shuffled per epoch from ``(seed, epoch)``;
 :class:`stoker.DataLoader` calls :meth:`~TextLines.set_epoch` itself at every epoch, a
@@ -28,11 +31,11 @@ Example:
 
 from __future__ import annotations
 
-import glob
-import gzip
+import codecs
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -42,6 +45,14 @@ from stoker._errors import DatasetError
 from stoker._seeding import epoch_rng
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
+from stoker.formats._compressed import (
+    GZIP_DAMAGE,
+    GZIP_ERRORS,
+    check_gzip,
+    is_gzip_name,
+    open_gzip,
+)
+from stoker.formats._walk import glob_files, walk_files
 from stoker.sharding import shard_records
 
 __all__ = ["JsonLines", "TextLines"]
@@ -49,10 +60,35 @@ __all__ = ["JsonLines", "TextLines"]
 logger = logging.getLogger("stoker")
 
 _ON_ERROR = ("raise", "skip")
+_VERIFY = (False, "open")
 _GLOB_CHARS = frozenset("*?[")
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
-_READ_ERRORS = (OSError, EOFError, UnicodeDecodeError)  # gzip.BadGzipFile is an OSError
+_READ_ERRORS = (*GZIP_ERRORS, UnicodeDecodeError)
 _SKIPPED = object()
+# Bytes that are not valid text in the file's encoding are decoded as lone surrogates
+# U+DC00 + byte (like "surrogateescape", for every byte value), which no strict decoder
+# produces; so one bad byte spoils only its own line, and that line is found and reported.
+_UNDECODABLE_ERRORS = "stoker.undecodable"
+_UNDECODABLE = re.compile("[\udc00-\udcff]+")
+
+
+def _mark_undecodable(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    return "".join(chr(0xDC00 + b) for b in exc.object[exc.start : exc.end]), exc.end
+
+
+codecs.register_error(_UNDECODABLE_ERRORS, _mark_undecodable)
+
+
+class UndecodableText(ValueError):
+    """A line holds bytes that are not valid text in the file's encoding."""
+
+    def __init__(self, text: str, encoding: str) -> None:
+        marked = _UNDECODABLE.findall(text)
+        raw = bytes(ord(c) - 0xDC00 for c in "".join(marked))
+        shown = raw[:16] + (b"..." if len(raw) > 16 else b"")
+        super().__init__(f"not valid {encoding!r} text: cannot decode the byte(s) {shown!r}")
 
 FileSpec = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
@@ -81,7 +117,7 @@ def _resolve_files(
             if suffixes:
                 where += f" (files ending in {', '.join(suffixes)})"
         elif _GLOB_CHARS & set(spec):
-            found = sorted(p for p in glob.glob(spec, recursive=True) if os.path.isfile(p))
+            found = glob_files(spec)
             where = f"the pattern {spec!r}"
         elif (must_exist is not None and not must_exist(spec)) or os.path.isfile(spec):
             found, where = [spec], spec  # a URL, or one file
@@ -122,16 +158,12 @@ def _resolve_files(
 
 
 def _walk(root: str, suffixes: tuple[str, ...] | None) -> list[str]:
-    found = []
-    for folder, dirs, names in os.walk(root, followlinks=True):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in names:
-            if name.startswith("."):
-                continue
-            if suffixes and not name.lower().endswith(suffixes):
-                continue
-            found.append(os.path.join(folder, name))
-    return sorted(found)
+    """The files under ``root``, sorted, each directory walked once (see ``_walk.walk_files``)."""
+
+    def keep(name: str) -> bool:
+        return not suffixes or name.lower().endswith(suffixes)
+
+    return sorted(found.path for found in walk_files(root, keep=keep))
 
 
 def _check_option(name: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -139,6 +171,15 @@ def _check_option(name: str, value: Any, allowed: tuple[str, ...]) -> str:
         msg = f"{name} must be one of {allowed}, got {value!r}"
         raise ValueError(msg)
     return value
+
+
+def _check_verify(verify: Any) -> bool | str:
+    """``verify`` of the streaming readers: False or ``"open"`` (True means ``"open"``)."""
+    verify = "open" if verify is True else verify
+    if verify not in _VERIFY:
+        msg = f"verify must be False or 'open', got {verify!r}"
+        raise ValueError(msg)
+    return verify
 
 
 def _check_epoch(epoch: Any) -> int:
@@ -181,6 +222,7 @@ class _LineFiles(IterableDataset[Any]):
         encoding: str,
         transform: Callable[[Any], Any] | None,
         on_error: str,
+        verify: bool | str,
         shuffle_files: bool,
         seed: int,
         rank: int | None,
@@ -197,6 +239,7 @@ class _LineFiles(IterableDataset[Any]):
         self.encoding = encoding
         self.transform = transform
         self.on_error = _check_option("on_error", on_error, _ON_ERROR)
+        self.verify = _check_verify(verify)
         self.shuffle_files = bool(shuffle_files)
         self.seed = _check_seed(seed)
         self.rank = rank
@@ -231,18 +274,27 @@ class _LineFiles(IterableDataset[Any]):
 
     def _read_file(self, file_index: int) -> Iterator[tuple[int, int, str]]:
         path = self.files[file_index]
+        compressed = is_gzip_name(path)
         line_number = 0
         try:
-            opener = gzip.open if path.lower().endswith(".gz") else open
-            with opener(path, "rt", encoding=self.encoding) as stream:
+            if compressed and self.verify == "open":
+                check_gzip(path)
+            opener = open_gzip if compressed else open
+            with opener(path, "rt", encoding=self.encoding, errors=_UNDECODABLE_ERRORS) as stream:
                 for line_number, text in self._lines(stream):  # reported on error
                     yield file_index, line_number, text
         except _READ_ERRORS as exc:
-            where = f"after line {line_number}" if line_number else "before the first line"
+            where = f"after line {line_number}" if line_number else "before its first line"
+            damaged = isinstance(exc, GZIP_DAMAGE)
+            damage = "The file is truncated or corrupt" if damaged else "The file cannot be read"
+            if damaged and line_number and compressed and self.verify != "open":
+                damage += (
+                    ", and the lines read from it may be damaged too (pass verify='open' to "
+                    "check each compressed file in full before reading it)"
+                )
             msg = (
-                f"{type(self).__name__} cannot read {path!r} ({where}): "
-                f"{type(exc).__name__}: {exc}. The file is truncated, corrupt or not "
-                f"{self.encoding!r} text; fix or remove it, or pass on_error='skip' to skip it."
+                f"{type(self).__name__} cannot read {path!r} {where}: {type(exc).__name__}: {exc}. "
+                f"{damage}. Fix or remove it, or pass on_error='skip' to skip what is left of it."
             )
             if self.on_error == "raise":
                 raise DatasetError(msg) from exc
@@ -254,6 +306,8 @@ class _LineFiles(IterableDataset[Any]):
 
     def _record(self, file_index: int, line_number: int, text: str) -> Any:
         try:
+            if not text.isascii() and _UNDECODABLE.search(text):
+                raise UndecodableText(text, self.encoding)
             value = self._parse(text)
             return value if self.transform is None else self.transform(value)
         except Exception as exc:
@@ -275,6 +329,12 @@ class _LineFiles(IterableDataset[Any]):
                     f"{snippet!r}. Fix the line, or pass on_error='skip' to skip bad lines."
                 )
                 raise DatasetError(msg) from exc
+            if isinstance(exc, UndecodableText):
+                msg = (
+                    f"{path}, line {line_number}: {exc}. Fix the line, or pass on_error='skip' "
+                    "to skip bad lines."
+                )
+                raise DatasetError(msg) from None
             _note(exc, f"while reading {path}, line {line_number}")
             raise
 
@@ -296,9 +356,15 @@ class TextLines(_LineFiles):
             line ending is removed.
         skip_empty: leave out lines that are empty (after stripping).
         transform: called on each line (a ``str``); its result is the sample.
-        on_error: ``"raise"`` (default) or ``"skip"``: a file that cannot be read or
-            decoded, or a line whose transform raises, is logged on the ``stoker``
-            logger, counted in :attr:`skipped` and left out.
+        on_error: ``"raise"`` (default) or ``"skip"``: a line that is not valid text in
+            ``encoding``, a line whose transform raises, or the rest of a file that cannot
+            be read is logged on the ``stoker`` logger with its file and line number,
+            counted in :attr:`skipped` and left out (a bad line costs that line only).
+        verify: ``False`` (default) or ``"open"``. A gzipped file's checksum (its CRC-32
+            and length) is checked when the file ends, so damage is reported after the
+            file's lines were delivered; with ``"open"`` each gzipped file is read in
+            full and checked before its first line is delivered (it is decompressed
+            twice). Plain text files carry no checksum.
         shuffle_files: shuffle the file order every epoch (see :meth:`set_epoch`).
         seed: seeds that shuffle.
         rank, world_size: fix the distributed topology instead of finding it when
@@ -327,6 +393,7 @@ class TextLines(_LineFiles):
         skip_empty: bool = False,
         transform: Callable[[str], Any] | None = None,
         on_error: str = "raise",
+        verify: bool | str = False,
         shuffle_files: bool = False,
         seed: int = 0,
         rank: int | None = None,
@@ -337,6 +404,7 @@ class TextLines(_LineFiles):
             encoding=encoding,
             transform=transform,
             on_error=on_error,
+            verify=verify,
             shuffle_files=shuffle_files,
             seed=seed,
             rank=rank,
@@ -365,8 +433,11 @@ class JsonLines(_LineFiles):
         files: a list of paths, a glob pattern or a directory (a directory contributes
             its ``.jsonl``, ``.ndjson`` and ``.json`` files, gzipped or not).
         transform: called on each parsed record; its result is the sample.
-        on_error: ``"raise"`` (default) or ``"skip"`` bad lines, unreadable files and
-            records whose transform raises.
+        on_error: ``"raise"`` (default) or ``"skip"`` bad lines (not JSON, or not valid
+            text in ``encoding``), records whose transform raises and the rest of files
+            that cannot be read; each skip is logged with its file and line number.
+        verify: ``False`` (default) or ``"open"``: check each gzipped file in full before
+            its first record is delivered (see :class:`TextLines`).
         encoding: the files' text encoding.
         shuffle_files: shuffle the file order every epoch (see :meth:`set_epoch`).
         seed: seeds that shuffle.
@@ -395,6 +466,7 @@ class JsonLines(_LineFiles):
         *,
         transform: Callable[[Any], Any] | None = None,
         on_error: str = "raise",
+        verify: bool | str = False,
         encoding: str = "utf-8",
         shuffle_files: bool = False,
         seed: int = 0,
@@ -406,6 +478,7 @@ class JsonLines(_LineFiles):
             encoding=encoding,
             transform=transform,
             on_error=on_error,
+            verify=verify,
             shuffle_files=shuffle_files,
             seed=seed,
             rank=rank,

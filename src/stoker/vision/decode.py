@@ -4,6 +4,11 @@ JPEGs go through libjpeg-turbo (`simplejpeg`_) when it is installed, everything 
 JPEGs without simplejpeg, and CMYK JPEGs) through Pillow. Both decoders use the same
 libjpeg-turbo scaling, so a ``size_hint`` gives the same reduced shape either way.
 
+An image's header states its size, and a few hundred bytes can claim 60000 x 60000 pixels
+(10 GB once decoded). The size is checked against a pixel limit (``max_pixels``, by default
+Pillow's ``PIL.Image.MAX_IMAGE_PIXELS``, about 89 million) before anything is decoded,
+whichever decoder would run.
+
 Example:
     >>> import io
     >>> from PIL import Image
@@ -24,9 +29,21 @@ import numpy as np
 
 from stoker._errors import DatasetError
 
-__all__ = ["ImageDecodeError", "SizeHint", "check_size_hint", "decode_image", "reduction_factor"]
+__all__ = [
+    "ImageDecodeError",
+    "SizeHint",
+    "check_max_pixels",
+    "check_size_hint",
+    "decode_image",
+    "reduction_factor",
+]
 
 SizeHint = int | tuple[int, int] | None
+MaxPixels = int | str | None
+# max_pixels="pillow": Pillow's PIL.Image.MAX_IMAGE_PIXELS when it is decoded (users raise or
+# lower that one setting for every decoder), or Pillow's own default where Pillow is missing.
+PILLOW_LIMIT = "pillow"
+_PILLOW_DEFAULT_MAX_PIXELS = 1024 * 1024 * 1024 // 4 // 3
 _BACKENDS = ("auto", "simplejpeg", "pillow")
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _SIMPLEJPEG_COLORSPACES = ("YCbCr", "Gray")  # CMYK and YCCK go to Pillow, like torchvision
@@ -34,6 +51,18 @@ _SIMPLEJPEG_COLORSPACES = ("YCbCr", "Gray")  # CMYK and YCCK go to Pillow, like 
 
 class ImageDecodeError(DatasetError, ValueError):
     """Encoded bytes could not be decoded as an image; the message names the file."""
+
+
+class _TooManyPixels(Exception):
+    """An image's header declares more pixels than the limit."""
+
+    def __init__(self, height: int, width: int, limit: int) -> None:
+        super().__init__(
+            f"its header declares {width} x {height} pixels ({width * height:,}), more than the "
+            f"limit of {limit:,} (max_pixels, by default Pillow's PIL.Image.MAX_IMAGE_PIXELS), so it "
+            "was not decoded: it may be a decompression bomb. Raise the limit if the image is "
+            "genuine, or remove the file"
+        )
 
 
 # -- decoding ------------------------------------------------------------------------
@@ -47,6 +76,7 @@ def decode_image(
     backend: str = "auto",
     to_pil: bool = False,
     source: str | None = None,
+    max_pixels: MaxPixels = PILLOW_LIMIT,
 ) -> Any:
     """Decodes an encoded image (JPEG, PNG, BMP, WebP, ...) to an ``(H, W, C)`` uint8 array.
 
@@ -63,9 +93,14 @@ def decode_image(
         to_pil: return a ``PIL.Image.Image`` instead of an array (decoded by Pillow), for
             transforms that expect one, such as torchvision's.
         source: where the bytes came from (a file path), named in errors.
+        max_pixels: refuse an image whose header declares more pixels than this, before
+            decoding it: ``"pillow"`` (default) reads Pillow's ``PIL.Image.MAX_IMAGE_PIXELS``
+            at each call, an int sets the limit, ``None`` removes it. Pillow keeps its own
+            check too, so to decode larger non-JPEG images raise Pillow's setting.
 
     Raises:
-        ImageDecodeError: the bytes are not a readable image (corrupt, truncated, unknown).
+        ImageDecodeError: the bytes are not a readable image (corrupt, truncated, unknown),
+            or declare more pixels than ``max_pixels``.
 
     Example:
         >>> import io, numpy as np
@@ -79,31 +114,68 @@ def decode_image(
         msg = f"backend must be one of {_BACKENDS}, got {backend!r}"
         raise ValueError(msg)
     check_size_hint(size_hint)
+    limit = pixel_limit(max_pixels)
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
     try:
         if raw[:3] == _JPEG_MAGIC and not to_pil and backend != "pillow":
             simplejpeg = _simplejpeg(required=backend == "simplejpeg")
             if simplejpeg is not None:
                 try:
-                    image = _decode_simplejpeg(simplejpeg, raw, rgb, size_hint)
+                    image = _decode_simplejpeg(simplejpeg, raw, rgb, size_hint, limit)
+                except _TooManyPixels:
+                    raise
                 except Exception:
                     pass
                 else:
                     if image is not None:
                         return image
-        return _decode_pillow(raw, rgb, size_hint, to_pil)
+        return _decode_pillow(raw, rgb, size_hint, to_pil, limit)
     except ImportError:
         raise
     except Exception as exc:
         where = source if source is not None else f"an image of {len(raw)} bytes"
-        msg = (
-            f"cannot decode {where}: {type(exc).__name__}: {exc}. The file is corrupt, truncated "
-            "or not an image; re-encode or remove it, or pass on_error='skip' to the DataLoader "
-            "to leave bad files out."
-        )
+        if isinstance(exc, _TooManyPixels):
+            msg = f"cannot decode {where}: {exc}."
+        else:
+            msg = (
+                f"cannot decode {where}: {type(exc).__name__}: {exc}. The file is corrupt, "
+                "truncated or not an image; re-encode or remove it, or pass on_error='skip' to "
+                "the DataLoader to leave bad files out."
+            )
         error = ImageDecodeError(msg)
         error.filename = source  # type: ignore[attr-defined]
         raise error from exc
+
+
+def check_max_pixels(max_pixels: Any) -> MaxPixels:
+    """Returns ``max_pixels`` if it is ``"pillow"``, None or a positive int; raises otherwise."""
+    if max_pixels is None or max_pixels == PILLOW_LIMIT:
+        return max_pixels  # type: ignore[no-any-return]
+    if isinstance(max_pixels, (int, np.integer)) and not isinstance(max_pixels, bool) and max_pixels > 0:
+        return int(max_pixels)
+    msg = (
+        "max_pixels must be 'pillow' (Pillow's PIL.Image.MAX_IMAGE_PIXELS), a positive int or "
+        f"None (no limit), got {max_pixels!r}"
+    )
+    raise ValueError(msg)
+
+
+def pixel_limit(max_pixels: MaxPixels) -> int | None:
+    """The limit ``max_pixels`` stands for now (``"pillow"`` is read at each call)."""
+    max_pixels = check_max_pixels(max_pixels)
+    if max_pixels != PILLOW_LIMIT:
+        return max_pixels  # type: ignore[return-value]
+    try:
+        from PIL import Image
+    except ImportError:
+        return _PILLOW_DEFAULT_MAX_PIXELS
+    limit = Image.MAX_IMAGE_PIXELS
+    return None if limit is None else int(limit)
+
+
+def _check_pixels(height: int, width: int, limit: int | None) -> None:
+    if limit is not None and height * width > limit:
+        raise _TooManyPixels(height, width, limit)
 
 
 def check_size_hint(size_hint: Any) -> SizeHint:
@@ -175,9 +247,10 @@ def _simplejpeg(*, required: bool) -> Any:
 
 
 def _decode_simplejpeg(
-    simplejpeg: Any, raw: bytes, rgb: bool, size_hint: SizeHint
+    simplejpeg: Any, raw: bytes, rgb: bool, size_hint: SizeHint, limit: int | None
 ) -> np.ndarray | None:
     height, width, colorspace, _ = simplejpeg.decode_jpeg_header(raw)
+    _check_pixels(height, width, limit)
     if colorspace not in _SIMPLEJPEG_COLORSPACES:
         return None
     factor = reduction_factor(height, width, size_hint)
@@ -190,10 +263,13 @@ def _decode_simplejpeg(
     return image
 
 
-def _decode_pillow(raw: bytes, rgb: bool, size_hint: SizeHint, to_pil: bool) -> Any:
+def _decode_pillow(
+    raw: bytes, rgb: bool, size_hint: SizeHint, to_pil: bool, limit: int | None
+) -> Any:
     from PIL import Image
 
-    image = Image.open(io.BytesIO(raw))
+    image = Image.open(io.BytesIO(raw))  # reads the header only
+    _check_pixels(image.height, image.width, limit)
     if size_hint is not None and image.format == "JPEG":
         width, height = image.size
         factor = reduction_factor(height, width, size_hint)
