@@ -30,6 +30,7 @@ import collections.abc
 import contextlib
 import contextvars
 import copy
+import operator
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -233,6 +234,21 @@ def _is_number(x: object) -> bool:
 # ------------------------------------------------------------------ leaf collate fns
 
 
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+
+
+def _promoted_dtype(tensors: Sequence[Any]) -> Any:
+    """torch's promotion of the tensors' dtypes, each distinct dtype once, in sample order."""
+    torch = _torch()
+    dtypes = list(dict.fromkeys(map(_DTYPE, tensors)))
+    dtype = dtypes[0]
+    for d in dtypes[1:]:
+        dtype = torch.promote_types(dtype, d)
+    return dtype
+
+
 def _collate_tensor(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
     torch = _torch()
     elem = batch[0]
@@ -247,15 +263,11 @@ def _collate_tensor(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
         for i, t in enumerate(batch):
             if not isinstance(t, torch.Tensor):
                 raise _mixed_types_error(batch, i, "a torch.Tensor")
-    if len({t.shape for t in batch}) != 1:
+    if len(set(map(_SHAPE, batch))) != 1:  # map(attrgetter): no Python frame per sample
         _check_same_shape(batch, [tuple(t.shape) for t in batch])
     out = None
-    if elem.device.type == "cpu" and not any(t.requires_grad for t in batch):
-        dtypes = list(dict.fromkeys(t.dtype for t in batch))  # in sample order
-        dtype = dtypes[0]
-        for d in dtypes[1:]:
-            dtype = torch.promote_types(dtype, d)
-        out = _torch_alloc((len(batch), *elem.shape), dtype)
+    if elem.device.type == "cpu" and not any(map(_REQUIRES_GRAD, batch)):
+        out = _torch_alloc((len(batch), *elem.shape), _promoted_dtype(batch))
     return torch.stack(list(batch), 0, out=out)
 
 

@@ -18,6 +18,7 @@ from stoker.collate import (
     _field,
     _is_tensor,
     _mixed_types_error,
+    _promoted_dtype,
     _same_type,
     _torch,
     _torch_alloc,
@@ -143,11 +144,7 @@ def _as_arrays_fast(values: list[Any], min_ndim: int) -> tuple[list[Any], bool, 
             return None
         dtype = np.result_type(*dtypes)
     elif _is_tensor(values[0]):
-        torch = _torch()
-        dtypes = list(dict.fromkeys(t.dtype for t in values))  # in sample order
-        dtype = dtypes[0]
-        for d in dtypes[1:]:
-            dtype = torch.promote_types(dtype, d)
+        dtype = _promoted_dtype(values)
     else:
         return None
     if min(a.ndim for a in values) < min_ndim:
@@ -157,8 +154,8 @@ def _as_arrays_fast(values: list[Any], min_ndim: int) -> tuple[list[Any], bool, 
 
 def _check_other_dims(arrays: list[Any], axis: int, who: str) -> tuple[int, ...] | None:
     """The shape without ``axis`` shared by all arrays (error naming samples if not)."""
-    shapes = {tuple(a.shape) for a in arrays if a is not None}
-    rests = {shape[:axis] + shape[axis + 1 :] for shape in shapes}
+    shapes = {a.shape for a in arrays if a is not None}  # tuples, or torch.Size (a tuple)
+    rests = {tuple(shape[:axis]) + tuple(shape[axis + 1 :]) for shape in shapes}
     if len(rests) == 1:  # the common case: one check for the whole batch
         return rests.pop()
     ref_i, ref, ref_shape = 0, None, ()

@@ -357,16 +357,13 @@ def _copy_rows(padded: Any, arrays: list[Any], lengths: np.ndarray, side: str) -
     out = padded if isinstance(padded, np.ndarray) else _numpy_view(padded)
     if out is None:
         return False
-    rows = []
-    for a, m in zip(arrays, lengths.tolist(), strict=True):
-        if a is not None and not isinstance(a, np.ndarray):
-            a = _numpy_view(a)
-            if a is None:
-                return False
-        rows.append((a, m))
+    try:  # tensor.numpy() refuses every tensor it cannot view without a copy
+        rows = [a if a is None or isinstance(a, np.ndarray) else a.numpy() for a in arrays]
+    except (TypeError, RuntimeError):
+        return False
     target = out.shape[1]
     left = side == "left"
-    for i, (a, m) in enumerate(rows):
+    for i, (a, m) in enumerate(zip(rows, lengths.tolist(), strict=True)):
         if not m:
             continue
         if a.shape[0] != m:
