@@ -226,6 +226,27 @@ def wait_for_idle(limit_s: float) -> float:
     return time.perf_counter() - start
 
 
+def split_cpu(
+    children0: float | None,
+    children1: float | None,
+    busy0: float | None,
+    busy1: float | None,
+    main_cpu_s: float,
+    elapsed_s: float,
+) -> tuple[float | None, float | None]:
+    """(workers' CPU seconds, CPUs other processes kept busy) over a timed span.
+
+    From :func:`_children_cpu_s` and :func:`_machine_busy_s` read at both ends of the span
+    and the main process's CPU seconds in it; None where /proc could not be read.
+    """
+    if children0 is None or children1 is None:
+        return None, None
+    workers = children1 - children0
+    if busy0 is None or busy1 is None:
+        return workers, None
+    return workers, max(0.0, (busy1 - busy0) - main_cpu_s - workers) / elapsed_s
+
+
 @dataclass(slots=True)
 class EpochTiming:
     rate: float  # timed batches per second
@@ -259,11 +280,8 @@ def time_epoch(
     for _ in iterator:  # the epoch must end exactly here; drain it outside the clock
         msg = f"the epoch of {loader!r} had more than {warmup + timed} batches"
         raise AssertionError(msg)
-    workers = foreign = None
-    if children0 is not None and children1 is not None:
-        workers = children1 - children0
-        if busy0 is not None and busy1 is not None:
-            foreign = max(0.0, (busy1 - busy0) - cpu - workers) / elapsed
+    workers, foreign = split_cpu(children0, children1, busy0, busy1, cpu, elapsed)
+    if workers is not None:
         workers = workers * 1e3 / timed
     return EpochTiming(timed / elapsed, cpu * 1e3 / timed, workers, foreign)
 
@@ -465,6 +483,18 @@ def environment() -> dict[str, Any]:
     import PIL
     import torch
 
+    env = base_environment()
+    env["pillow"] = PIL.__version__
+    env["torch_threads"] = torch.get_num_threads()
+    return env
+
+
+def base_environment() -> dict[str, Any]:
+    """What every benchmark report states: date, CPUs, versions, commit, start method."""
+    import multiprocessing
+
+    import torch
+
     import stoker
 
     model = platform.processor() or "?"
@@ -477,9 +507,6 @@ def environment() -> dict[str, Any]:
         )
     except (OSError, StopIteration):
         pass
-    commit = _git_commit()
-    import multiprocessing
-
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": os.cpu_count(),
@@ -487,11 +514,9 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "torch": torch.__version__,
-        "pillow": PIL.__version__,
         "stoker": stoker.__version__,
-        "git_commit": commit,
+        "git_commit": _git_commit(),
         "start_method": multiprocessing.get_start_method(),
-        "torch_threads": torch.get_num_threads(),
         "load_average": _load_average(),
     }
 

@@ -295,3 +295,50 @@ class TorchShardedStream(_torch_iterable_base()):  # type: ignore[misc]
         if info is None:
             return iter(range(self.n))
         return iter(range(info.id, self.n, info.num_workers))
+
+
+class BigAnswers:
+    """Map-style with ``__getitems__``: sample ``i`` is ``(i, text of `size` characters)``.
+
+    The text collates to a list, which travels inside the pickle, so a batch's answer is
+    larger than a pipe holds. Every fetched batch is logged as one line of ``log``.
+    """
+
+    def __init__(self, n: int, log: str, size: int = 256 * 1024) -> None:
+        self.n, self.log, self.size = n, log, size
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, str]:
+        return i, "x" * self.size
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[int, str]]:
+        append_line(self.log, " ".join(map(str, indices)))
+        return [self[i] for i in indices]
+
+
+class Tensors:
+    """Sample ``i`` is a float32 tensor of ``width`` values all equal to ``i``."""
+
+    def __init__(self, n: int, width: int) -> None:
+        self.n, self.width = n, width
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+
+        return torch.full((self.width,), float(i))
+
+
+class LogBatches:
+    """A ``datasets`` formatting transform that logs each batch it formats to ``log``."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def __call__(self, batch: dict) -> dict:
+        append_line(self.log, " ".join(map(str, batch["idx"])))
+        return batch

@@ -176,3 +176,14 @@ def leftovers(before: Baseline, settle_s: float = SETTLE_S) -> list[str]:
         and child.pid not in {pid for pid, _ in before.processes}
     ]
     return problems
+
+
+def mapped_file(address: int) -> str:
+    """The file mapped at ``address`` in this process ("" for anonymous memory)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if start <= address < end:
+                return fields[5] if len(fields) > 5 else ""
+    return ""

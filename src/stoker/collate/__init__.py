@@ -30,6 +30,7 @@ import collections.abc
 import contextlib
 import contextvars
 import copy
+import operator
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -223,11 +224,29 @@ def _same_type(batch: Sequence[Any], kind: type) -> bool:
     return len(types) == 1 and kind in types
 
 
+_NUMBER_TYPES = (bool, int, float, np.bool_, np.number)
+
+
 def _is_number(x: object) -> bool:
-    return isinstance(x, (bool, int, float, np.bool_, np.number))
+    return isinstance(x, _NUMBER_TYPES)
 
 
 # ------------------------------------------------------------------ leaf collate fns
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+
+
+def _promoted_dtype(tensors: Sequence[Any]) -> Any:
+    """torch's promotion of the tensors' dtypes, each distinct dtype once, in sample order."""
+    torch = _torch()
+    dtypes = list(dict.fromkeys(map(_DTYPE, tensors)))
+    dtype = dtypes[0]
+    for d in dtypes[1:]:
+        dtype = torch.promote_types(dtype, d)
+    return dtype
 
 
 def _collate_tensor(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
@@ -240,16 +259,15 @@ def _collate_tensor(batch: Sequence[Any], *, collate_fn_map: Any = None) -> Any:
             f"not supported by default_collate. Pass a collate_fn that handles them."
         )
         raise CollateError(msg)
-    for i, t in enumerate(batch):
-        if not isinstance(t, torch.Tensor):
-            raise _mixed_types_error(batch, i, "a torch.Tensor")
-    _check_same_shape(batch, [tuple(t.shape) for t in batch])
+    if not _same_type(batch, torch.Tensor):
+        for i, t in enumerate(batch):
+            if not isinstance(t, torch.Tensor):
+                raise _mixed_types_error(batch, i, "a torch.Tensor")
+    if len(set(map(_SHAPE, batch))) != 1:  # map(attrgetter): no Python frame per sample
+        _check_same_shape(batch, [tuple(t.shape) for t in batch])
     out = None
-    if elem.device.type == "cpu" and not any(t.requires_grad for t in batch):
-        dtype = batch[0].dtype
-        for t in batch[1:]:
-            dtype = torch.promote_types(dtype, t.dtype)
-        out = _torch_alloc((len(batch), *elem.shape), dtype)
+    if elem.device.type == "cpu" and not any(map(_REQUIRES_GRAD, batch)):
+        out = _torch_alloc((len(batch), *elem.shape), _promoted_dtype(batch))
     return torch.stack(list(batch), 0, out=out)
 
 
@@ -282,9 +300,10 @@ def _collate_ndarray(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.
 
 
 def _collate_numpy_scalar(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.ndarray:
-    for i, x in enumerate(batch):
-        if not _is_number(x):
-            raise _mixed_types_error(batch, i, "a numpy number")
+    if not _same_type(batch, type(batch[0])):  # one type (the first's, a number): all numbers
+        for i, x in enumerate(batch):
+            if not _is_number(x):
+                raise _mixed_types_error(batch, i, "a numpy number")
     return _finish(np.array(batch))
 
 

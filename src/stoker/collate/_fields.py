@@ -18,6 +18,8 @@ from stoker.collate import (
     _field,
     _is_tensor,
     _mixed_types_error,
+    _promoted_dtype,
+    _same_type,
     _torch,
     _torch_alloc,
     _type_name,
@@ -80,6 +82,9 @@ def _as_arrays(values: list[Any], who: str, min_ndim: int) -> tuple[list[Any], b
     Empty Python lists become ``None`` entries (their dtype and trailing shape come from
     the other samples). The path of the field must be set by the caller.
     """
+    fast = _as_arrays_fast(values, min_ndim)
+    if fast is not None:
+        return fast
     is_torch = _is_tensor(values[0])
     arrays: list[Any] = []
     for i, v in enumerate(values):
@@ -125,8 +130,34 @@ def _as_arrays(values: list[Any], who: str, min_ndim: int) -> tuple[list[Any], b
     return arrays, is_torch, dtype
 
 
+def _as_arrays_fast(values: list[Any], min_ndim: int) -> tuple[list[Any], bool, Any] | None:
+    """:func:`_as_arrays` for the common batch, checked per distinct type and dtype rather
+    than per sample: every value a numpy array of numbers, or every value a tensor, with
+    at least ``min_ndim`` dimensions. None for anything else (the per-sample checks then
+    name the sample at fault)."""
+    kind = type(values[0])
+    if not _same_type(values, kind):
+        return None
+    if kind is np.ndarray:
+        dtypes = {a.dtype for a in values}
+        if any(_STR_OBJ_DTYPE.search(d.str) for d in dtypes):
+            return None
+        dtype = np.result_type(*dtypes)
+    elif _is_tensor(values[0]):
+        dtype = _promoted_dtype(values)
+    else:
+        return None
+    if min(a.ndim for a in values) < min_ndim:
+        return None
+    return list(values), kind is not np.ndarray, dtype
+
+
 def _check_other_dims(arrays: list[Any], axis: int, who: str) -> tuple[int, ...] | None:
     """The shape without ``axis`` shared by all arrays (error naming samples if not)."""
+    shapes = {a.shape for a in arrays if a is not None}  # tuples, or torch.Size (a tuple)
+    rests = {tuple(shape[:axis]) + tuple(shape[axis + 1 :]) for shape in shapes}
+    if len(rests) == 1:  # the common case: one check for the whole batch
+        return rests.pop()
     ref_i, ref, ref_shape = 0, None, ()
     for i, a in enumerate(arrays):
         if a is None:

@@ -409,11 +409,12 @@ class SlotAllocator:
     :attr:`overflow` so the main process can grow the slot for next time.
     """
 
-    __slots__ = ("_buffer", "_offsets", "overflow", "ref", "used")
+    __slots__ = ("_base", "_buffer", "_offsets", "overflow", "ref", "used")
 
     def __init__(self, ref: SlotRef, mm: mmap.mmap) -> None:
         self.ref = ref  # index -1: a one-off segment, named by ref.name
         self._buffer = mm
+        self._base = np.frombuffer(mm, dtype=np.uint8, count=0).__array_interface__["data"][0]
         self._offsets: dict[int, tuple[int, np.ndarray]] = {}
         self.used = 0
         self.overflow = 0
@@ -438,6 +439,9 @@ class SlotAllocator:
             return hit[0]
         if array.dtype.hasobject:
             return None
+        inside = self._offset_of(array)
+        if inside is not None:
+            return inside
         offset = _round_up(self.used, _ALIGN)
         if offset + array.nbytes > self.ref.size:
             self.overflow += array.nbytes
@@ -446,6 +450,20 @@ class SlotAllocator:
         np.copyto(target.reshape(array.shape), array, casting="no")
         self.used = offset + array.nbytes
         return offset
+
+    def _offset_of(self, array: np.ndarray) -> int | None:
+        """The offset of a contiguous array that already lies in this slot, else None.
+
+        Another object than the one :meth:`__call__` returned can view the same memory: the
+        numpy view of a tensor that collate built over the slot (``torch.from_numpy``), or a
+        slice of an allocated array. Such an array needs no second copy.
+        """
+        if not array.flags.c_contiguous:
+            return None
+        offset = array.__array_interface__["data"][0] - self._base
+        if 0 <= offset and offset + array.nbytes <= self.used:
+            return offset
+        return None
 
     def reset(self) -> None:
         self._offsets.clear()

@@ -5,6 +5,13 @@ A worker receives a :class:`~stoker.engine.messages.WorkerSpec` once, then a str
 the main process, collates (into a shared-memory slot for process workers) and reports
 :class:`Done`, :class:`Exhausted` or :class:`Failed`. ``None`` stops it. A process worker
 also stops when its parent disappears.
+
+A process worker hands its encoded answers to a :class:`_Sender` thread, which writes them
+to the trainer, and goes straight on to its next task. Writing them from the loop itself
+cost short batches up to half their throughput on a busy machine: a pipe write that wakes
+a waiting reader tells the kernel that the writer is about to sleep, so the trainer takes
+the worker's CPU and the worker, which is not going to sleep, waits in the run queue
+behind every other runnable process (see docs/engine.md, "Hand-offs").
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ import contextlib
 import faulthandler
 import os
 import pickle
+import queue
 import random
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from time import perf_counter
@@ -32,6 +41,8 @@ from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, T
 __all__ = ["THREAD_ENV_VARS", "cap_threads", "process_worker_main", "run_worker"]
 
 _PARENT_POLL_S = 1.0
+_SENDER_FLUSH_TIMEOUT_S = 1.0  # a stopping worker waits this long for its last answers; under
+# the trainer's _JOIN_TIMEOUT_S, so a worker whose trainer stopped reading still exits by itself
 _ALIGN_SLACK = 64
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
@@ -170,6 +181,44 @@ def run_worker(
         send(done, allocator)
 
 
+class _Sender:
+    """Writes a process worker's messages to the trainer from a thread of its own.
+
+    The worker loop encodes a message (its arrays are already in shared memory) and
+    queues the bytes; this thread writes them in order. The write wakes the trainer, and
+    the kernel may then give the trainer this thread's CPU: that costs the thread nothing,
+    since it goes back to waiting on its queue, while the loop keeps its CPU and loads the
+    next batch. ``None`` on the queue stops the thread; so does a trainer that is gone
+    (the loop notices that on its own, in ``receive()``).
+    """
+
+    __slots__ = ("_conn", "_queue", "_thread")
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="stoker-worker-sender", daemon=True)
+        self._thread.start()
+
+    def put(self, payload: bytes) -> None:
+        self._queue.put(payload)
+
+    def _run(self) -> None:
+        while True:
+            payload = self._queue.get()  # the stop check is the None that close() queues
+            if payload is None:
+                return
+            try:
+                self._conn.send_bytes(payload)
+            except (BrokenPipeError, EOFError, OSError):
+                return  # the trainer is gone
+
+    def close(self, timeout_s: float) -> None:
+        """Stops the thread once every queued message is written (or ``timeout_s`` passed)."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+
 def _no_slots(index: int) -> object:
     raise AssertionError(f"the worker spec referenced batch slot {index}")
 
@@ -233,6 +282,7 @@ def process_worker_main(
         faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     mappings: dict[int, tuple[str, Any]] = {}  # slot index -> (segment name, mmap)
     allocators: dict[int, shm.SlotAllocator] = {}
+    sender = _Sender(result_conn)
 
     def receive() -> Any:
         while not task_conn.poll(_PARENT_POLL_S):
@@ -251,12 +301,11 @@ def process_worker_main(
                 with contextlib.suppress(OSError):
                     oneoff = shm.OneoffWriter(spec.segment_prefix, nbytes + _ALIGN_SLACK * count)
         try:
-            result_conn.send_bytes(transport.encode(message, allocator or oneoff))
-        except (BrokenPipeError, EOFError):
-            pass  # the trainer is gone; the next receive() notices
+            payload = transport.encode(message, allocator or oneoff)
         finally:
-            if oneoff is not None:
+            if oneoff is not None:  # its arrays are written: the segment outlives the fd
                 oneoff.close()
+        sender.put(payload)
 
     def attach(ref: shm.SlotRef) -> shm.SlotAllocator:
         allocator = allocators.get(ref.index)
@@ -277,6 +326,7 @@ def process_worker_main(
     except KeyboardInterrupt:
         pass
     finally:
+        sender.close(_SENDER_FLUSH_TIMEOUT_S)
         allocators.clear()
         for _name, mapping in mappings.values():
             with contextlib.suppress(BufferError):
