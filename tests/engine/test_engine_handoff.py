@@ -58,7 +58,8 @@ def test_a_worker_loads_its_next_batch_before_the_trainer_reads_its_last(tmp_pat
     """
     log = str(tmp_path / "fetched")
     loader = DataLoader(_big_answers(tmp_path, log, kind), batch_size=2, num_workers=1, prefetch_factor=2)
-    it = iter(loader)  # dispatches the worker's first two tasks, reads nothing
+    it = iter(loader)
+    it.start()  # starts the epoch: dispatches the worker's first two tasks, reads nothing
     deadline = time.monotonic() + _WAIT_S
     while len(_lines(log)) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
