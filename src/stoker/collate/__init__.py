@@ -277,7 +277,9 @@ def _collate_ndarray(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.
         dtypes = {a.dtype for a in batch}
         shapes = {a.shape for a in batch}
         if len(dtypes) == 1 and len(shapes) == 1:  # the common case: validated in bulk
-            out = np.stack(batch, out=_alloc((len(batch), *elem.shape), elem.dtype))
+            # np.stack's own result dtype (native byte order), so a batch built in a worker's
+            # slot has the dtype of one built in the main process
+            out = np.stack(batch, out=_alloc((len(batch), *elem.shape), np.result_type(elem.dtype)))
             return out if type(out) is np.ndarray else out.view(np.ndarray)
     for i, a in enumerate(batch):
         if not isinstance(a, (np.ndarray, np.generic)) and not _is_number(a):
@@ -292,9 +294,7 @@ def _collate_ndarray(batch: Sequence[Any], *, collate_fn_map: Any = None) -> np.
             )
             raise CollateError(msg)
     _check_same_shape(batch, [np.shape(a) for a in batch])
-    dtype = elem.dtype
-    if any(np.asarray(a).dtype != dtype for a in batch):
-        dtype = np.result_type(*[np.asarray(a).dtype for a in batch])
+    dtype = np.result_type(*[np.asarray(a).dtype for a in batch])
     out = np.stack(batch, out=_alloc((len(batch), *elem.shape), dtype))
     return out if type(out) is np.ndarray else out.view(np.ndarray)
 

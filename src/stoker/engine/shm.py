@@ -140,7 +140,8 @@ class OneoffWriter:
         offset = _round_up(self.used, _ALIGN)
         if offset + array.nbytes > self.ref.size:
             return None
-        data = memoryview(np.ascontiguousarray(array)).cast("B")
+        # as raw bytes: a buffer of datetimes or structured records cannot be cast to "B"
+        data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
         try:
             written = 0
             while written < len(data):

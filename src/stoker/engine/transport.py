@@ -65,12 +65,24 @@ def encode(message: Any, allocator: SlotAllocator | shm.OneoffWriter | None) -> 
         if allocator is not None and array.nbytes >= INLINE_MAX_BYTES:
             offset = allocator.place(array)
             if offset is not None:
-                return (tag, slot_key, offset, array.shape, array.dtype.str)
+                return (tag, slot_key, offset, array.shape, _dtype_token(array.dtype))
         return (_INLINE_TENSOR, array) if tag == "t" else None
 
     pickler.persistent_id = persistent_id  # type: ignore[method-assign]
     pickler.dump(message)
     return buffer.getvalue()
+
+
+_DTYPE_TOKENS: dict[np.dtype, Any] = {}
+
+
+def _dtype_token(dtype: np.dtype) -> Any:
+    """What names ``dtype`` in a reference: its short string when that rebuilds it exactly,
+    else the dtype itself (a structured dtype's string is ``|V12``, without its fields)."""
+    token = _DTYPE_TOKENS.get(dtype)
+    if token is None:
+        token = _DTYPE_TOKENS[dtype] = dtype.str if np.dtype(dtype.str) == dtype else dtype
+    return token
 
 
 def _tensor_array(tensor: Any) -> np.ndarray | None:
@@ -102,7 +114,7 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any
 
             array = ref[1]
             return torch.from_numpy(array if array.flags.writeable else array.copy())
-        tag, slot_key, offset, shape, dtype_str = ref
+        tag, slot_key, offset, shape, dtype_token = ref
         buffer = leases.get(slot_key)
         if buffer is None:
             if isinstance(slot_key, tuple) and len(slot_key) == 3:
@@ -111,7 +123,7 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any
                 buffer = leases[slot_key] = shm.lease_oneoff(*slot_key)
             else:
                 buffer = leases[slot_key] = lease(slot_key)
-        dtype = np.dtype(dtype_str)
+        dtype = np.dtype(dtype_token)
         count = 1
         for n in shape:
             count *= n
