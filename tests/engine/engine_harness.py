@@ -112,6 +112,11 @@ def shm_segments(pid: int) -> list[str]:
     return sorted(n for n in names if n.startswith(f"stoker-{pid}-"))
 
 
+def data_segments(pid: int) -> list[str]:
+    """This process's segments that hold batches (not the pools' ``.alive`` locks)."""
+    return [n for n in shm_segments(pid) if not n.endswith(".alive")]
+
+
 def stack_files(pid: int) -> list[str]:
     return sorted(glob.glob(os.path.join(tempfile.gettempdir(), f"stoker-stack-{pid}-*")))
 

@@ -221,6 +221,6 @@ def test_small_batches_travel_inline_without_segments() -> None:
     seen = []
     for batch in it:
         seen.append(batch)
-        assert engine_harness.shm_segments(os.getpid()) == []  # 4 * 8 floats: far below 64 KiB
+        assert engine_harness.data_segments(os.getpid()) == []  # 4 * 8 floats: far below 64 KiB
     assert indices_of(seen) == list(range(40))
     assert all(b[4].tolist() == [[i] * 8 for i in b[0].tolist()] for b in seen)

@@ -31,7 +31,7 @@ def test_large_batches_arrive_as_views_of_shared_memory() -> None:
     for batch in loader:
         check_batch(batch)
         assert batch[4].base is not None and not batch[4].flags.owndata  # a view, not a copy
-        seen_segments = seen_segments or bool(engine_harness.shm_segments(os.getpid()))
+        seen_segments = seen_segments or bool(engine_harness.data_segments(os.getpid()))
         batches.append(batch[0].tolist())
     assert seen_segments  # the slot pool really was in /dev/shm while the epoch ran
     assert [i for b in batches for i in b] == list(range(48))
@@ -134,3 +134,69 @@ def test_slot_lease_returns_the_slot_when_the_last_view_dies() -> None:
         pool.close()  # idempotent
     assert engine_harness.shm_segments(os.getpid()) == []
     assert held.sum() == 7 * held.size  # the mapping outlives the unlinked segment
+
+
+_HOLDER = """
+import os, sys, time, fcntl, _posixshmem
+prefix = sys.argv[1]
+fd = _posixshmem.shm_open("/" + prefix + ".alive", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+data = _posixshmem.shm_open("/" + prefix + "-1", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+os.ftruncate(data, 4096)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def _exists(name: str) -> bool:
+    return os.path.exists(f"/dev/shm/{name}")
+
+
+def test_the_orphan_sweep_spares_a_live_pool_whose_pid_it_cannot_see() -> None:
+    """Two trainers sharing /dev/shm but not a PID namespace (docker --ipc=host): the other
+    trainer's pid is invisible here, its pool's lock is not. A real process holds the lock
+    of a pool named after a pid that does not exist on this machine."""
+    import subprocess
+    import sys
+
+    invisible = 4_194_000 + os.getpid() % 300  # above any pid this machine hands out
+    prefix = f"stoker-{invisible}-0c0ffee0"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, prefix], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert shm.remove_orphaned_segments() == []
+        assert _exists(f"{prefix}-1") and _exists(f"{prefix}.alive")
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # its holder is gone: now the pool is an orphan and goes, lock and all
+    assert sorted(shm.remove_orphaned_segments()) == sorted([f"{prefix}-1", f"{prefix}.alive"])
+    assert not _exists(f"{prefix}-1") and not _exists(f"{prefix}.alive")
+
+
+def test_a_lockless_segment_goes_only_when_its_pid_is_not_running() -> None:
+    """Segments without a lock (from a stoker older than the lock) keep the pid rule."""
+    dead = f"stoker-{4_194_000 + os.getpid() % 300}-0dead000-1"
+    alive = f"stoker-{os.getppid()}-0a11fe00-1"  # the test runner's parent: running
+    for name in (dead, alive):
+        fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.close(fd)
+    try:
+        assert shm.remove_orphaned_segments() == [dead]
+        assert not _exists(dead) and _exists(alive)
+    finally:
+        for name in (dead, alive):
+            if _exists(name):
+                os.unlink(f"/dev/shm/{name}")
+
+
+def test_a_running_process_pool_holds_its_prefix_alive() -> None:
+    loader = DataLoader(Samples(48, width=WIDTH), batch_size=4, num_workers=2, persistent_workers=True)
+    it = iter(loader)
+    next(it)
+    lock = f"{loader._pool.prefix}.alive"
+    assert _exists(lock)
+    assert shm.remove_orphaned_segments() == []
+    loader.close()
+    assert not _exists(lock)

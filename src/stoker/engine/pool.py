@@ -129,6 +129,7 @@ class WorkerPool:
     def __init__(self, spec: WorkerSpec, num_workers: int, mode: str, context: Any) -> None:
         self.prefix = shm.new_prefix()
         if mode == "process" and shm.shm_available():
+            shm.hold_prefix(self.prefix)  # the pool's segments are alive while the lock is held
             spec = dataclasses.replace(spec, segment_prefix=self.prefix)
         self.spec = spec
         self.num_workers = num_workers

@@ -18,14 +18,22 @@ Ownership (who creates, who reads, who frees):
   rule; ``DataLoader(copy_batches=True)`` copies each batch out and frees its slot at once.
 
 Segments are reserved with ``posix_fallocate`` when created, so a full ``/dev/shm``
-fails then, with a message, instead of killing a process with SIGBUS mid-epoch. Segments
-of a process that died without cleaning up are removed by the next pool created on the
-machine (:func:`remove_orphaned_segments`).
+fails then, with a message, instead of killing a process with SIGBUS mid-epoch.
+
+Liveness: a process pool's segments share one prefix, and the trainer holds an exclusive
+``flock`` on ``<prefix>.alive`` for the pool's life (:func:`hold_prefix`). The kernel drops
+the lock when the last process holding it dies, however it dies. Segments of a pool whose
+lock is free are removed by the next pool created on the machine
+(:func:`remove_orphaned_segments`); a pool whose lock is held is alive, whatever PID
+namespace it runs in (containers that share ``/dev/shm`` but not their process lists, as
+``docker run --ipc=host`` does, cannot see each other's pids, but see each other's locks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import functools
 import mmap
 import os
@@ -50,6 +58,7 @@ __all__ = [
     "SlotRef",
     "attach",
     "free_bytes",
+    "hold_prefix",
     "lease_oneoff",
     "map_shared",
     "new_prefix",
@@ -183,15 +192,42 @@ def free_bytes() -> int:
     return _free_shm_bytes()
 
 
+_ALIVE_SUFFIX = ".alive"
+_held: dict[str, int] = {}  # prefix -> the fd whose lock marks its segments alive
+
+
+def hold_prefix(prefix: str) -> None:
+    """Marks ``prefix``'s segments alive until :func:`sweep` (or this process's death).
+
+    Creates ``<prefix>.alive`` and holds an exclusive lock on it; other processes'
+    :func:`remove_orphaned_segments` leave the prefix alone while the lock is held.
+    """
+    if prefix in _held:
+        return
+    name = prefix + _ALIVE_SUFFIX
+    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.set_inheritable(fd, False)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        _unlink(name)
+        raise
+    _held[prefix] = fd
+
+
 def sweep(prefix: str) -> None:
-    """Unlinks every segment whose name starts with ``prefix``."""
+    """Unlinks every segment whose name starts with ``prefix``, then lets its lock go."""
     try:
         names = os.listdir(_SHM_DIR)
     except OSError:
-        return
+        names = []
     for name in names:
         if name.startswith(prefix):
             _unlink(name)
+    fd = _held.pop(prefix, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def new_prefix() -> str:
@@ -212,30 +248,65 @@ def _free_shm_bytes() -> int:
 
 
 def remove_orphaned_segments() -> list[str]:
-    """Unlinks stoker segments whose creating process no longer exists.
+    """Unlinks the segments of stoker pools that no process holds alive any more.
 
     Returns the names removed. A process killed with SIGKILL cannot clean up after
-    itself; the next stoker pool on the machine does it instead.
+    itself; the next stoker pool on the machine does it instead. A pool is dead when the
+    lock on its ``<prefix>.alive`` can be taken (its holder and the workers that inherited
+    it are gone). Segments without a lock (made by a stoker older than the lock) go only
+    when the pid in their name is not running here.
     """
-    removed = []
     try:
         names = os.listdir(_SHM_DIR)
     except OSError:
-        return removed
+        return []
+    by_pool: dict[str, list[str]] = {}
     for name in names:
-        if not name.startswith(SEGMENT_PREFIX):
+        if name.startswith(SEGMENT_PREFIX):
+            parts = name.split("-", 3)
+            if len(parts) >= 3 and parts[1].isdigit():
+                pool = "-".join(parts[:3]).removesuffix(_ALIVE_SUFFIX)
+                by_pool.setdefault(pool, []).append(name)
+    removed = []
+    for pool, members in by_pool.items():
+        if pool in _held:
             continue
-        pid_text = name[len(SEGMENT_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit():
-            continue
-        try:
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
-            _unlink(name)
-            removed.append(name)
-        except PermissionError:
-            pass  # alive, someone else's
+        lock = pool + _ALIVE_SUFFIX
+        if lock in members:
+            dead = _lock_is_free(lock)
+        else:
+            dead = not _pid_running(int(pool.split("-")[1]))
+        if dead:
+            for name in members:
+                _unlink(name)
+                removed.append(name)
     return removed
+
+
+def _lock_is_free(name: str) -> bool:
+    """True when nobody holds the lock on segment ``name`` (its pool is dead)."""
+    try:
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
+    except OSError:
+        return False  # gone already, or not ours to judge
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)  # closing the fd releases the lock, if we got it
+    return True
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _Slot:
