@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 from stoker._loader_arguments import check_arguments, warn_excessive_workers
 from stoker._progress import STATE_VERSION, Progress, epoch_owner, skip_batches
 from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
+from stoker._thread_safety import warn_shared_handles
 from stoker._validate import check_int
 from stoker.bad_samples import BadSampleBudget, ErrorReport
 from stoker.collate import default_collate, default_convert
@@ -148,6 +149,8 @@ class DataLoader(Generic[T]):
         num_workers, prefetch_factor = args.num_workers, args.prefetch_factor
         if not args.tune_workers:
             warn_excessive_workers(num_workers)
+        if worker_mode == "thread":
+            warn_shared_handles(dataset, num_workers)
 
         if sampler is None and batch_sampler is not None:
             sampler = getattr(batch_sampler, "sampler", None)  # a BatchSampler's own, for set_epoch

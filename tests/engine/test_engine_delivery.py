@@ -224,3 +224,45 @@ def test_small_batches_travel_inline_without_segments() -> None:
         assert engine_harness.data_segments(os.getpid()) == []  # 4 * 8 floats: far below 64 KiB
     assert indices_of(seen) == list(range(40))
     assert all(b[4].tolist() == [[i] * 8 for i in b[0].tolist()] for b in seen)
+
+
+class OneHandle:
+    """Reads fixed-size records through one shared file handle: seek, then read."""
+
+    def __init__(self, path: str, n: int, thread_safe: bool | None = None) -> None:
+        self.n = n
+        self.records = {"file": open(path, "rb")}  # noqa: SIM115  (held for the dataset's life)
+        if thread_safe is not None:
+            self.thread_safe = thread_safe
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> bytes:
+        f = self.records["file"]
+        f.seek(i * 8)
+        return f.read(8)
+
+    def close(self) -> None:
+        self.records["file"].close()
+
+
+def test_thread_workers_sharing_a_file_handle_are_warned_about(tmp_path) -> None:
+    path = tmp_path / "records.bin"
+    path.write_bytes(b"".join(i.to_bytes(8, "little") for i in range(16)))
+    dataset = OneHandle(str(path), 16)
+    with pytest.warns(UserWarning) as caught:
+        DataLoader(dataset, batch_size=4, num_workers=2, worker_mode="thread")
+    assert str(caught[0].message) == (
+        "worker_mode='thread' runs 2 threads that call OneHandle.__getitem__ at the same time, and "
+        "it holds open file handles they would share: dataset.records['file'] (BufferedReader). "
+        "Interleaved seeks and reads return the wrong bytes without an error. Open the file per "
+        "thread (for example in __getitem__, or keyed by threading.get_ident()), read with os.pread "
+        "or mmap, use worker_mode='process', or, if access is safe, set thread_safe = True on the dataset."
+    )
+    # process workers each have their own handle; a declared-safe dataset is taken at its word
+    DataLoader(dataset, batch_size=4, num_workers=2)
+    safe = OneHandle(str(path), 16, thread_safe=True)
+    DataLoader(safe, batch_size=4, num_workers=2, worker_mode="thread")
+    dataset.close()
+    safe.close()
