@@ -2,15 +2,16 @@
 
 The main process owns the sampler. It keeps up to ``prefetch_factor`` tasks in flight
 per worker (map-style datasets: to the least-loaded worker; iterable datasets: in strict
-rotation, as torch does, so the stream order is torch's), and delivers batches in task
-order (``in_order=True``) or as they arrive (``in_order=False``; still bounded by the
-tasks in flight). Every batch-sized array travels through a shared-memory slot
+rotation, as torch does, so the stream order is torch's; with ``in_order=False`` a busy
+worker's turn passes to the next), and delivers batches in task order (``in_order=True``)
+or as they arrive (``in_order=False``; still bounded by the tasks in flight). Every batch-sized array travels through a shared-memory slot
 (:mod:`stoker.engine.shm`) once the first batches have shown how big a batch is; until
 then, and for small batches, batches travel inline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 import warnings
@@ -24,7 +25,7 @@ import numpy as np
 from stoker._errors import ShmError, WorkerError
 from stoker._progress import Progress
 from stoker.engine import shm, transport
-from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task
+from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task, add_note
 from stoker.engine.pool import Death, PoolState, WorkerPool
 from stoker.profiling.memory import GrowthWatch
 
@@ -248,16 +249,28 @@ class MultiWorkerIterator:
 
     def _pick_worker(self) -> int | None:
         load, cap = self._ledger.load, self._per_worker
-        if self._iterable:  # strict rotation over workers whose stream is not exhausted
+        if self._pool.deferred:
+            # a staggered start: until every worker is started, the started ones take one
+            # task each, so the first tasks reach every worker as with torch's round-robin
+            # (a dataset whose workers wait for each other, a barrier, relies on it)
+            cap = 1
+        if self._iterable:
+            # rotation over the workers whose stream is not exhausted: strict in order (the
+            # stream order is torch's); as ready, a busy worker's turn goes to the next one,
+            # so a stalled worker does not hold back the others (torch does the same)
             n = len(load)
             for step in range(n):
                 worker_id = (self._rotation + step) % n
-                if self._active[worker_id]:
-                    if load[worker_id] >= cap or not self._pool.is_started(worker_id):
+                if not self._active[worker_id]:
+                    continue
+                if load[worker_id] >= cap or not self._pool.is_started(worker_id):
+                    if self._in_order:
                         return None
-                    self._rotation = (worker_id + 1) % n
-                    return worker_id
-            self._sources_done = True
+                    continue
+                self._rotation = (worker_id + 1) % n
+                return worker_id
+            if not any(self._active):
+                self._sources_done = True
             return None
         candidates: Any = range(len(load))
         if self._pool.deferred:  # a staggered start: only started workers take tasks
@@ -453,7 +466,7 @@ class MultiWorkerIterator:
         task_id = mine[0] if mine else None
         if task_id is None:
             self.close()
-            raise WorkerError(f"DataLoader timed out after {self._timeout:g} s with no batch in flight")
+            raise WorkerError(f"DataLoader timed out after {self._timeout:g} seconds with no batch in flight")
         pending = ledger.pending[task_id]
         worker_id = pending.worker_id
         stack = self._pool.dump_stack(worker_id)
@@ -462,7 +475,7 @@ class MultiWorkerIterator:
         what = "the next batch" if self._iterable else f"the batch at indices {_summary(pending.indices)}"
         who = f"pid {pid}" if pid is not None else "a thread of this process"
         msg = (
-            f"DataLoader timed out after {self._timeout:g} s waiting for {what} from worker "
+            f"DataLoader timed out after {self._timeout:g} seconds waiting for {what} from worker "
             f"{worker_id} ({who}). Raise timeout= if batches are legitimately slow; otherwise the "
             f"worker is stuck here:\n{stack}"
         )
@@ -500,11 +513,9 @@ def _rebuild(message: Failed, where: str, pid: int | None) -> BaseException:
         f"Raised in stoker worker {message.worker_id}{pid_text} {where}.\n"
         f"Worker traceback (most recent call last):\n{_strip_header(message.traceback)}"
     )
-    try:
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__
         error.stoker_worker_id = message.worker_id  # type: ignore[attr-defined]
-        error.add_note(note)
-    except AttributeError:  # Python 3.10 has no add_note
-        error.__notes__ = [note]  # type: ignore[attr-defined]
+    add_note(error, note)
     return error
 
 
