@@ -14,12 +14,14 @@ import functools
 import multiprocessing
 import pickle
 import random
+import time
 
 import numpy as np
 import pytest
 from engine_datasets import (
     GlobalDraws,
     RangeStream,
+    Recording,
     Samples,
     SharedCounter,
     StallingStream,
@@ -238,6 +240,17 @@ def test_the_first_samples_reach_every_worker_despite_a_staggered_start(context:
     ctx = multiprocessing.get_context(context)
     loader = DataLoader(WorkersMeet(3, ctx), batch_size=None, num_workers=3, multiprocessing_context=ctx)
     assert sorted(loader) == [0, 1, 2]
+
+
+def test_the_first_samples_reach_every_worker_even_when_one_answers_first(tmp_path) -> None:
+    log = tmp_path / "fetch.log"
+    loader = DataLoader(Recording(3, str(log)), batch_size=None, num_workers=3, multiprocessing_context="spawn")
+    it = iter(loader)
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.01)  # worker 0 is loading sample 0 before the others have started
+    time.sleep(0.5)  # its answer now waits with its start-up message
+    assert sorted(int(item[3]) for item in it) == [0, 1, 2]  # not two samples for worker 0
 
 
 def test_an_unpicklable_worker_init_fn_gets_torchs_warning_and_is_named() -> None:

@@ -1,12 +1,13 @@
 """The trainer's side of multi-worker loading: one epoch of scheduling and delivery.
 
 The main process owns the sampler. It keeps up to ``prefetch_factor`` tasks in flight
-per worker (map-style datasets: to the least-loaded worker; iterable datasets: in strict
-rotation, as torch does, so the stream order is torch's; with ``in_order=False`` a busy
-worker's turn passes to the next), and delivers batches in task order (``in_order=True``)
-or as they arrive (``in_order=False``; still bounded by the tasks in flight). Every batch-sized array travels through a shared-memory slot
-(:mod:`stoker.engine.shm`) once the first batches have shown how big a batch is; until
-then, and for small batches, batches travel inline.
+per worker (map-style datasets: one of the epoch's first tasks to each worker, then to the
+least-loaded worker; iterable datasets: in strict rotation, as torch does, so the stream
+order is torch's; with ``in_order=False`` a busy worker's turn passes to the next), and
+delivers batches in task order (``in_order=True``) or as they arrive (``in_order=False``;
+still bounded by the tasks in flight). Every batch-sized array travels through a
+shared-memory slot (:mod:`stoker.engine.shm`) once the first batches have shown how big a
+batch is; until then, and for small batches, batches travel inline.
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ class MultiWorkerIterator:
         self._first_task = self._next_yield = ledger.next_task
         self._ready: dict[int, Any] = {}
         self._active = [True] * pool.num_workers
+        # map-style: workers not given a task yet this epoch; the first tasks go one to
+        # each, as torch's round-robin sends them (a dataset whose workers meet at a
+        # barrier relies on it), even when a worker answers before the others start
+        self._unserved = set(range(pool.num_workers))
         self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
         self._in_flight = 0  # this epoch's tasks sent and not yet answered
         self._rotation = 0
@@ -242,6 +247,7 @@ class MultiWorkerIterator:
             ledger.pending[task_id] = _Pending(worker_id, indices, slot, self._batch_index, self._position)
             self._in_flight += 1
             ledger.load[worker_id] += 1
+            self._unserved.discard(worker_id)
             pool.send(worker_id, Task(task_id, self._epoch, indices, slot, self._batch_index, self._position))
             self._batch_index += 1
             if indices is not None:
@@ -249,11 +255,6 @@ class MultiWorkerIterator:
 
     def _pick_worker(self) -> int | None:
         load, cap = self._ledger.load, self._per_worker
-        if self._pool.deferred:
-            # a staggered start: until every worker is started, the started ones take one
-            # task each, so the first tasks reach every worker as with torch's round-robin
-            # (a dataset whose workers wait for each other, a barrier, relies on it)
-            cap = 1
         if self._iterable:
             # rotation over the workers whose stream is not exhausted: strict in order (the
             # stream order is torch's); as ready, a busy worker's turn goes to the next one,
@@ -263,7 +264,9 @@ class MultiWorkerIterator:
                 worker_id = (self._rotation + step) % n
                 if not self._active[worker_id]:
                     continue
-                if load[worker_id] >= cap or not self._pool.is_started(worker_id):
+                # (a staggered start: the started worker takes one task until the others run)
+                busy = load[worker_id] >= (1 if self._pool.deferred else cap)
+                if busy or not self._pool.is_started(worker_id):
                     if self._in_order:
                         return None
                     continue
@@ -275,6 +278,10 @@ class MultiWorkerIterator:
         candidates: Any = range(len(load))
         if self._pool.deferred:  # a staggered start: only started workers take tasks
             candidates = [w for w in candidates if self._pool.is_started(w)]
+        if self._unserved:  # until each worker has one task, the others wait for theirs
+            candidates = [w for w in candidates if w in self._unserved]
+            if not candidates:
+                return None
         worker_id = min(candidates, key=load.__getitem__)
         return worker_id if load[worker_id] < cap else None
 
@@ -351,6 +358,7 @@ class MultiWorkerIterator:
         self._ledger.load.append(0)
         self._active.append(True)
         self._recent_slots.append([])
+        self._unserved.add(worker_id)
         pool.send(worker_id, StartEpoch(self._epoch, self._seed))
         self._loader.num_workers = pool.num_workers
         self._recorder.stats.num_workers = pool.num_workers
