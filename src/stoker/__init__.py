@@ -19,7 +19,7 @@ from stoker._errors import (
     WorkerError,
 )
 from stoker._stacked import StackedSamples
-from stoker._worker_info import WorkerInfo, get_worker_info
+from stoker._worker_info import WorkerInfo, WorkerRNG, get_worker_info
 from stoker.collate import (
     PadCollate,
     RaggedCollate,
@@ -88,6 +88,7 @@ __all__ = [
     "WeightedRandomSampler",
     "WorkerError",
     "WorkerInfo",
+    "WorkerRNG",
     "collate_into",
     "default_collate",
     "default_collate_fn_map",

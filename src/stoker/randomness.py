@@ -18,6 +18,13 @@ groups) still draw alike.
 For new code, :func:`sample_rng` hands out the per-sample ``numpy.random.Generator``
 directly.
 
+A generator that ``worker_init_fn`` seeds in a process worker (``np.random.seed`` /
+``set_state``, ``random.seed`` / ``setstate``, ``torch.manual_seed`` / ``torch.seed``) is
+left to it in that worker: its draws then follow that seed, as with torch, and depend on
+which worker loads a sample. The generators it does not seed keep their per-sample
+streams. Thread workers share the trainer's generators, so there seeding changes
+nothing here (stoker warns; ``get_worker_info().rng`` holds the worker's own generators).
+
 How it works: the first time a loader iterates, the module-level functions of
 ``numpy.random``, ``random`` and (once imported) ``torch``'s random functions and in-place
 ``Tensor`` samplers are wrapped. A wrapper looks up the calling thread's scope; with no scope
@@ -38,12 +45,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random as _random
 import sys
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -53,6 +61,11 @@ __all__ = ["sample_rng"]
 _MASK64 = (1 << 64) - 1
 _SAMPLE, _BATCH, _COLLATE = 1, 2, 3  # scope kinds: a key never collides across kinds
 _local = threading.local()
+GENERATORS = ("numpy", "python", "torch")  # the global generators served from scopes
+_TORCH_DEFAULT_SEED = 67280421310721  # torch.initial_seed() of a freshly imported torch
+# Process-wide: generators that worker_init_fn seeded in this (worker) process; their
+# global functions are no longer served from scopes here. See leave_to_user().
+_left_to_user: frozenset[str] = frozenset()
 
 
 def _mix(a: int, b: int) -> int:
@@ -162,6 +175,39 @@ def end(previous: _Scope | None) -> None:
 SAMPLE, BATCH, COLLATE = _SAMPLE, _BATCH, _COLLATE
 
 
+@contextlib.contextmanager
+def seeding_watch() -> Iterator[set[str]]:
+    """Engine-only: collects the global generators the calling thread seeds in the block.
+
+    Yields a set that, when the block ends, holds ``"numpy"`` (``np.random.seed`` or
+    ``set_state`` was called), ``"python"`` (``random.seed`` or ``setstate``) and
+    ``"torch"`` (``torch.initial_seed()`` changed: ``torch.manual_seed`` or
+    ``torch.seed``). Calls made inside a loading scope do not count.
+    """
+    install()
+    torch = sys.modules.get("torch")
+    before = torch.initial_seed() if torch is not None else _TORCH_DEFAULT_SEED
+    seeded: set[str] = set()
+    _local.seeded = seeded
+    try:
+        yield seeded
+    finally:
+        _local.seeded = None
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.initial_seed() != before:
+            seeded.add("torch")
+
+
+def leave_to_user(generators: Iterable[str]) -> None:
+    """Engine-only: stops serving ``generators`` from scopes in this process (a process worker).
+
+    Their global functions then draw from the global generator itself, which
+    ``worker_init_fn`` seeded.
+    """
+    global _left_to_user
+    _left_to_user = frozenset(generators)
+
+
 def sample_rng() -> np.random.Generator:
     """The ``numpy.random.Generator`` of the sample (or batch) being loaded.
 
@@ -200,6 +246,10 @@ def install() -> None:
             _installed.add("torch")
 
 
+_NUMPY_SEEDING = frozenset({"seed", "set_state"})
+_PYTHON_SEEDING = frozenset({"seed", "setstate"})
+
+
 def _wrap_numpy() -> None:
     module = np.random
     for name in np.random.mtrand.__all__:
@@ -208,7 +258,8 @@ def _wrap_numpy() -> None:
         original = getattr(module, name, None)
         if original is None or getattr(original, "__stoker_original__", None) is not None:
             continue
-        setattr(module, name, _dispatch(original, lambda scope, name=name: getattr(scope.numpy(), name)))
+        pick = lambda scope, name=name: getattr(scope.numpy(), name)
+        setattr(module, name, _dispatch(original, pick, "numpy", seeds=name in _NUMPY_SEEDING))
 
 
 def _wrap_python() -> None:
@@ -216,16 +267,39 @@ def _wrap_python() -> None:
         original = getattr(_random, name)
         if isinstance(original, type) or getattr(original, "__stoker_original__", None) is not None:
             continue
-        setattr(_random, name, _dispatch(original, lambda scope, name=name: getattr(scope.py(), name)))
+        pick = lambda scope, name=name: getattr(scope.py(), name)
+        setattr(_random, name, _dispatch(original, pick, "python", seeds=name in _PYTHON_SEEDING))
 
 
-def _dispatch(original: Callable[..., Any], pick: Callable[[_Scope], Callable[..., Any]]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        scope = _local.__dict__.get("scope")
-        if scope is None:
-            return original(*args, **kwargs)
-        return pick(scope)(*args, **kwargs)
+def _dispatch(
+    original: Callable[..., Any], pick: Callable[[_Scope], Callable[..., Any]], generator: str, *, seeds: bool
+) -> Callable[..., Any]:
+    """The wrapper of one global function of ``generator`` ("numpy" or "python").
+
+    ``seeds``: the function seeds the global generator; outside a scope the call is
+    recorded for :func:`seeding_watch`.
+    """
+    if seeds:
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            local = _local.__dict__
+            scope = local.get("scope")
+            if scope is None or generator in _left_to_user:
+                seeded = local.get("seeded")
+                if seeded is not None:
+                    seeded.add(generator)
+                return original(*args, **kwargs)
+            return pick(scope)(*args, **kwargs)
+
+    else:
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            scope = _local.__dict__.get("scope")
+            if scope is None or generator in _left_to_user:
+                return original(*args, **kwargs)
+            return pick(scope)(*args, **kwargs)
 
     wrapper.__stoker_original__ = original  # type: ignore[attr-defined]
     return wrapper
@@ -248,7 +322,7 @@ def _with_generator(original: Callable[..., Any], *, method: bool) -> Callable[.
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         scope = _local.__dict__.get("scope")
-        if scope is None or kwargs.get("generator") is not None:
+        if scope is None or kwargs.get("generator") is not None or "torch" in _left_to_user:
             return original(*args, **kwargs)
         if method:
             if args[0].device.type != "cpu":

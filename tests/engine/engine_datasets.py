@@ -6,7 +6,10 @@ forkserver workers can unpickle them: a child imports this module by name.
 
 from __future__ import annotations
 
+import math
 import os
+import random
+import sys
 import threading
 import time
 from typing import Any
@@ -342,3 +345,172 @@ class LogBatches:
     def __call__(self, batch: dict) -> dict:
         append_line(self.log, " ".join(map(str, batch["idx"])))
         return batch
+
+
+# ------------------------------------------------------------------ worker seeds
+
+
+def _torch_initial_seed() -> int:
+    """``torch.initial_seed()`` when torch is loaded in this process, else -1."""
+    torch = sys.modules.get("torch")
+    return int(torch.initial_seed()) if torch is not None else -1
+
+
+def log_seed_at_init(path: str, worker: int) -> None:
+    """A worker_init_fn (use with functools.partial) that logs what it sees of its seed.
+
+    One line: ``worker info.seed torch.initial_seed() info.worker_method rng-kind``.
+    """
+    info = get_worker_info()
+    rng = "none" if info.rng is None else type(info.rng).__name__
+    append_line(path, f"{worker} {info.seed} {_torch_initial_seed()} {info.worker_method} {rng}")
+
+
+class WorkerSeeds:
+    """Sample ``i``: ``(i, worker id, get_worker_info().seed, torch.initial_seed() or -1)``.
+
+    The torch seed is reduced modulo 2**63 to fit int64 (a thread worker sees the
+    trainer's, which may be any 64-bit value); a process worker's seed is smaller.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, int, int, int]:
+        info = get_worker_info()
+        return (i, info.id, info.seed, _torch_initial_seed() % 2**63)
+
+
+def seed_globals_in_init(seed: int, which: str, worker: int) -> None:
+    """A worker_init_fn (functools.partial) that seeds the global generators named in ``which``.
+
+    ``which`` is a comma-separated subset of ``numpy,python,torch``; every worker gets the
+    same seed, as a user who copies a seeding line into worker_init_fn does.
+    """
+    names = which.split(",")
+    if "numpy" in names:
+        np.random.seed(seed)
+    if "python" in names:
+        random.seed(seed)
+    if "torch" in names:
+        import torch
+
+        torch.manual_seed(seed)
+
+
+def configure_in_init(worker: int) -> None:
+    """A worker_init_fn that configures the worker without touching any generator."""
+    get_worker_info().dataset.configured_by = worker
+
+
+class GlobalDraws:
+    """Sample ``i``: ``(i, worker id, numpy draw, python draw, torch draw or -1)``.
+
+    Each draw comes from the module-level generator, as most augmentation code draws.
+    """
+
+    def __init__(self, n: int, use_torch: bool = False) -> None:
+        self.n = n
+        self.use_torch = use_torch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, int, int, int, int]:
+        torch_draw = -1
+        if self.use_torch:
+            import torch
+
+            torch_draw = int(torch.randint(0, 2**30, ()).item())
+        return (i, worker_id(), int(np.random.randint(0, 2**30)), random.getrandbits(30), torch_draw)
+
+
+class SharedCounter:
+    """Counts its fetches in a ``multiprocessing`` Value guarded by a Lock and a Semaphore.
+
+    Built from a multiprocessing context, as torch users share state with workers: the
+    primitives reach spawn and forkserver workers only when the worker process is started
+    with them.
+    """
+
+    def __init__(self, n: int, context: Any) -> None:
+        self.n = n
+        self.count = context.Value("i", 0)  # shared memory, with its own RLock
+        self.lock = context.Lock()
+        self.gate = context.Semaphore(2)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        with self.gate, self.lock, self.count.get_lock():
+            self.count.value += 1
+        return i
+
+
+def block_worker_zero_stream(release_path: str, n_per_worker: int):
+    """Worker 0 yields its first item only once ``release_path`` exists; the others at once."""
+    info = get_worker_info()
+    first = info.id * n_per_worker
+    for i in range(first, first + n_per_worker):
+        if info.id == 0 and i == first:
+            wait_for_file(release_path)
+        yield i
+
+
+class StallingStream(IterableDataset):
+    """Each worker yields ``n_per_worker`` items of its own; worker 0 stalls at its first."""
+
+    def __init__(self, n_per_worker: int, release_path: str) -> None:
+        self.n_per_worker = n_per_worker
+        self.release_path = release_path
+
+    def __iter__(self):
+        return block_worker_zero_stream(self.release_path, self.n_per_worker)
+
+
+class RangeStream(IterableDataset):
+    """Yields ``start .. end-1``; :func:`split_range_in_init` narrows it to a worker's share."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.end = end
+
+    def __iter__(self):
+        return iter(range(self.start, self.end))
+
+
+def split_range_in_init(worker: int) -> None:
+    """torch's documented way to shard an IterableDataset: in worker_init_fn, once."""
+    info = get_worker_info()
+    dataset = info.dataset
+    overall_start, overall_end = dataset.start, dataset.end
+    per_worker = math.ceil((overall_end - overall_start) / info.num_workers)
+    dataset.start = overall_start + worker * per_worker
+    dataset.end = min(dataset.start + per_worker, overall_end)
+
+
+class WorkersMeet(SharedCounter):
+    """Each fetch waits until every worker has started one: a barrier across workers.
+
+    It completes only if each of the first ``num_workers`` samples goes to a different
+    worker (torch's round-robin does that); a worker given two of them waits forever.
+    """
+
+    def __init__(self, num_workers: int, context: Any, limit_s: float = 30.0) -> None:
+        super().__init__(num_workers, context)
+        self.arrived = context.Semaphore(0)
+        self.limit_s = limit_s
+
+    def __getitem__(self, i: int) -> int:
+        with self.count.get_lock():
+            self.count.value += 1
+            if self.count.value == self.n:
+                self.arrived.release()
+        if not self.arrived.acquire(timeout=self.limit_s):
+            raise TimeoutError(f"sample {i}: the other workers never arrived (one worker holds two samples)")
+        self.arrived.release()
+        return worker_id()

@@ -189,7 +189,7 @@ def test_hanging_worker_times_out_with_its_stack(mode: str, tmp_path) -> None:
             open(release, "w").close()
     elapsed = time.monotonic() - started
     text = str(excinfo.value)
-    assert "timed out after 1 s" in text and "indices [4, 5]" in text
+    assert "DataLoader timed out after 1 seconds waiting for" in text and "indices [4, 5]" in text
     assert "sleep_forever_in_dataset" in text and "__getitem__" in text  # the worker's stack
     assert "pid None" not in text
     if mode == "process":

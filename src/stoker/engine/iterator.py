@@ -1,16 +1,18 @@
 """The trainer's side of multi-worker loading: one epoch of scheduling and delivery.
 
 The main process owns the sampler. It keeps up to ``prefetch_factor`` tasks in flight
-per worker (map-style datasets: to the least-loaded worker; iterable datasets: in strict
-rotation, as torch does, so the stream order is torch's), and delivers batches in task
-order (``in_order=True``) or as they arrive (``in_order=False``; still bounded by the
-tasks in flight). Every batch-sized array travels through a shared-memory slot
-(:mod:`stoker.engine.shm`) once the first batches have shown how big a batch is; until
-then, and for small batches, batches travel inline.
+per worker (map-style datasets: one of the epoch's first tasks to each worker, then to the
+least-loaded worker; iterable datasets: in strict rotation, as torch does, so the stream
+order is torch's; with ``in_order=False`` a busy worker's turn passes to the next), and
+delivers batches in task order (``in_order=True``) or as they arrive (``in_order=False``;
+still bounded by the tasks in flight). Every batch-sized array travels through a
+shared-memory slot (:mod:`stoker.engine.shm`) once the first batches have shown how big a
+batch is; until then, and for small batches, batches travel inline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 import warnings
@@ -24,7 +26,7 @@ import numpy as np
 from stoker._errors import ShmError, WorkerError
 from stoker._progress import Progress
 from stoker.engine import shm, transport
-from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task
+from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task, add_note
 from stoker.engine.pool import Death, PoolState, WorkerPool
 from stoker.profiling.memory import GrowthWatch
 
@@ -116,6 +118,10 @@ class MultiWorkerIterator:
         self._first_task = self._next_yield = ledger.next_task
         self._ready: dict[int, Any] = {}
         self._active = [True] * pool.num_workers
+        # map-style: workers not given a task yet this epoch; the first tasks go one to
+        # each, as torch's round-robin sends them (a dataset whose workers meet at a
+        # barrier relies on it), even when a worker answers before the others start
+        self._unserved = set(range(pool.num_workers))
         self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
         self._in_flight = 0  # this epoch's tasks sent and not yet answered
         self._rotation = 0
@@ -241,6 +247,7 @@ class MultiWorkerIterator:
             ledger.pending[task_id] = _Pending(worker_id, indices, slot, self._batch_index, self._position)
             self._in_flight += 1
             ledger.load[worker_id] += 1
+            self._unserved.discard(worker_id)
             pool.send(worker_id, Task(task_id, self._epoch, indices, slot, self._batch_index, self._position))
             self._batch_index += 1
             if indices is not None:
@@ -248,20 +255,33 @@ class MultiWorkerIterator:
 
     def _pick_worker(self) -> int | None:
         load, cap = self._ledger.load, self._per_worker
-        if self._iterable:  # strict rotation over workers whose stream is not exhausted
+        if self._iterable:
+            # rotation over the workers whose stream is not exhausted: strict in order (the
+            # stream order is torch's); as ready, a busy worker's turn goes to the next one,
+            # so a stalled worker does not hold back the others (torch does the same)
             n = len(load)
             for step in range(n):
                 worker_id = (self._rotation + step) % n
-                if self._active[worker_id]:
-                    if load[worker_id] >= cap or not self._pool.is_started(worker_id):
+                if not self._active[worker_id]:
+                    continue
+                # (a staggered start: the started worker takes one task until the others run)
+                busy = load[worker_id] >= (1 if self._pool.deferred else cap)
+                if busy or not self._pool.is_started(worker_id):
+                    if self._in_order:
                         return None
-                    self._rotation = (worker_id + 1) % n
-                    return worker_id
-            self._sources_done = True
+                    continue
+                self._rotation = (worker_id + 1) % n
+                return worker_id
+            if not any(self._active):
+                self._sources_done = True
             return None
         candidates: Any = range(len(load))
         if self._pool.deferred:  # a staggered start: only started workers take tasks
             candidates = [w for w in candidates if self._pool.is_started(w)]
+        if self._unserved:  # until each worker has one task, the others wait for theirs
+            candidates = [w for w in candidates if w in self._unserved]
+            if not candidates:
+                return None
         worker_id = min(candidates, key=load.__getitem__)
         return worker_id if load[worker_id] < cap else None
 
@@ -338,6 +358,7 @@ class MultiWorkerIterator:
         self._ledger.load.append(0)
         self._active.append(True)
         self._recent_slots.append([])
+        self._unserved.add(worker_id)
         pool.send(worker_id, StartEpoch(self._epoch, self._seed))
         self._loader.num_workers = pool.num_workers
         self._recorder.stats.num_workers = pool.num_workers
@@ -453,7 +474,7 @@ class MultiWorkerIterator:
         task_id = mine[0] if mine else None
         if task_id is None:
             self.close()
-            raise WorkerError(f"DataLoader timed out after {self._timeout:g} s with no batch in flight")
+            raise WorkerError(f"DataLoader timed out after {self._timeout:g} seconds with no batch in flight")
         pending = ledger.pending[task_id]
         worker_id = pending.worker_id
         stack = self._pool.dump_stack(worker_id)
@@ -462,7 +483,7 @@ class MultiWorkerIterator:
         what = "the next batch" if self._iterable else f"the batch at indices {_summary(pending.indices)}"
         who = f"pid {pid}" if pid is not None else "a thread of this process"
         msg = (
-            f"DataLoader timed out after {self._timeout:g} s waiting for {what} from worker "
+            f"DataLoader timed out after {self._timeout:g} seconds waiting for {what} from worker "
             f"{worker_id} ({who}). Raise timeout= if batches are legitimately slow; otherwise the "
             f"worker is stuck here:\n{stack}"
         )
@@ -500,11 +521,9 @@ def _rebuild(message: Failed, where: str, pid: int | None) -> BaseException:
         f"Raised in stoker worker {message.worker_id}{pid_text} {where}.\n"
         f"Worker traceback (most recent call last):\n{_strip_header(message.traceback)}"
     )
-    try:
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__
         error.stoker_worker_id = message.worker_id  # type: ignore[attr-defined]
-        error.add_note(note)
-    except AttributeError:  # Python 3.10 has no add_note
-        error.__notes__ = [note]  # type: ignore[attr-defined]
+    add_note(error, note)
     return error
 
 

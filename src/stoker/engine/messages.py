@@ -13,7 +13,15 @@ from typing import Any
 
 from stoker.engine.shm import SlotRef
 
-__all__ = ["Done", "Exhausted", "Failed", "Ready", "StartEpoch", "Task", "WorkerSpec"]
+__all__ = ["Done", "Exhausted", "Failed", "Ready", "StartEpoch", "Task", "WorkerSpec", "add_note"]
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """Attaches ``note`` to ``error`` (shown under its traceback); Python 3.10 has no add_note."""
+    try:
+        error.add_note(note)
+    except AttributeError:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]  # type: ignore[attr-defined]
 
 
 def _reduce(self: Any) -> tuple[Any, tuple[Any, ...]]:

@@ -43,13 +43,14 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from stoker import randomness
 from stoker.engine import shm, transport
-from stoker.engine.messages import WorkerSpec
+from stoker.engine.messages import WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
 
 __all__ = ["Death", "PoolState", "WorkerPool"]
@@ -143,6 +144,9 @@ class WorkerPool:
         self._stack_files: list[str | None] = [None] * num_workers
         self.transport_s = 0.0  # time spent decoding workers' messages (loader.stats())
         self._payload: bytes | None = None
+        # spawn / forkserver with a spec that multiprocessing shares only while starting a
+        # process (a Lock, Semaphore, Value, Queue): each worker gets it as a Process argument
+        self._inherit = False
         self._selector: selectors.BaseSelector | None = None
         self._unsent: list[int] = []
         if mode == "process":
@@ -155,10 +159,14 @@ class WorkerPool:
         # parallel, once it is ready: the first batch comes as fast as with one worker.
         staggered = mode == "process" and self.context.get_start_method() != "fork"
         self.deferred: list[int] = list(range(1, num_workers)) if staggered else []
-        for worker_id in range(num_workers):
-            if worker_id not in self.deferred:
-                self._start(worker_id)
-        self._send_specs()
+        try:
+            for worker_id in range(num_workers):
+                if worker_id not in self.deferred:
+                    self._start(worker_id)
+            self._send_specs()
+        except BaseException:
+            self.shutdown()
+            raise
 
     def is_started(self, worker_id: int) -> bool:
         return self._workers[worker_id] is not None
@@ -204,13 +212,14 @@ class WorkerPool:
         task_reader, task_writer = context.Pipe(duplex=False)
         result_reader, result_writer = context.Pipe(duplex=False)
         forked = context.get_start_method() == "fork"
+        with_spec = forked or self._inherit  # else the spec follows as bytes (_send_specs)
         process = context.Process(
             target=process_worker_main,
             args=(
                 worker_id,
                 task_reader,
                 result_writer,
-                self.spec if forked else None,
+                self.spec if with_spec else None,
                 os.getpid(),
                 stack_file,
                 # the kernel's parent-death signal follows the starting thread, not the process
@@ -219,12 +228,19 @@ class WorkerPool:
             name=f"stoker-worker-{worker_id}",
             daemon=True,
         )
-        with _thread_env(None if forked else self.spec.threads):
-            process.start()
+        try:
+            with _thread_env(None if forked else self.spec.threads):
+                process.start()
+        except BaseException as exc:
+            for end in (task_reader, task_writer, result_reader, result_writer):
+                end.close()
+            if not forked and _is_pickle_error(exc):
+                self._explain_pickle_error(exc)
+            raise
         task_reader.close()
         result_writer.close()
         self._workers[worker_id] = _ProcessWorker(process, task_writer, result_reader)
-        if not forked:
+        if not with_spec:
             self._unsent.append(worker_id)
 
     def _send_specs(self) -> None:
@@ -236,11 +252,74 @@ class WorkerPool:
         if not self._unsent:
             return
         if self._payload is None:
-            self._payload = self._encode_spec()
+            try:
+                self._payload = self._encode_spec()
+            except RuntimeError as exc:
+                if not _needs_inheritance(exc):
+                    raise
+                self._start_inheriting()
+                return
+            except Exception as exc:
+                if _is_pickle_error(exc):
+                    self._explain_pickle_error(exc)
+                raise
         for worker_id in self._unsent:
             with contextlib.suppress(BrokenPipeError, OSError):
                 self._workers[worker_id].tasks.send_bytes(self._payload)
         self._unsent.clear()
+
+    def _start_inheriting(self) -> None:
+        """Restarts the workers waiting for the spec so that they get it as they start.
+
+        multiprocessing pickles a Lock, Semaphore, Value or Queue only while it starts a
+        process (they travel as names and file descriptors of that process), so a spec
+        holding one cannot be pickled once for every worker. As torch does, each worker
+        then gets the spec as a Process argument. The workers already started were
+        waiting for their spec and have done nothing yet.
+        """
+        self._inherit = True
+        waiting, self._unsent = self._unsent, []
+        for worker_id in waiting:
+            old = self._workers[worker_id]
+            self._workers[worker_id] = None
+            old.process.terminate()
+            old.process.join()
+            for end in (old.tasks, old.results):
+                with contextlib.suppress(OSError):
+                    end.close()
+            with contextlib.suppress(ValueError):
+                old.process.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._stack_files[worker_id] or "")
+            self._start_process(worker_id)
+
+    def _explain_pickle_error(self, exc: BaseException) -> None:
+        """Warns as torch does, and notes on ``exc`` which part of the spec failed and why."""
+        method = self.context.get_start_method()
+        warnings.warn(
+            "Got pickle error when attempting to start a worker Process. "
+            f"{method} workers receive the dataset, collate_fn and worker_init_fn pickled, "
+            f"and pickling failed with {type(exc).__name__}: {exc}. Python 3.14+ starts "
+            "workers with 'forkserver' by default on Linux; multiprocessing_context='fork' "
+            "starts them by fork instead, which pickles nothing.",
+            UserWarning,
+            stacklevel=4,
+        )
+        culprit = _unpicklable_part(self.spec)
+        if culprit is None:
+            where = "what its workers need (the dataset, collate_fn and worker_init_fn)"
+            fix = "make them picklable"
+        elif culprit[0] == "dataset":
+            where = f"the dataset ({culprit[1]})"
+            fix = "keep only picklable attributes in it (no lambdas, local functions or open files)"
+        else:
+            where = f"{culprit[0]} ({culprit[1]})"
+            fix = "define it at module level"
+        add_note(
+            exc,
+            f"stoker could not pickle {where} for its {method} workers; {fix}, "
+            "or use multiprocessing_context='fork'",
+        )
 
     def add_worker(self) -> int:
         """Starts one more worker (autotuning); returns its id."""
@@ -443,6 +522,32 @@ class WorkerPool:
                     with contextlib.suppress(OSError):
                         os.unlink(path)
             self.state = PoolState.CLOSED
+
+
+def _needs_inheritance(exc: RuntimeError) -> bool:
+    """multiprocessing's refusal to pickle a synchronisation object outside process start."""
+    return "through inheritance" in str(exc)
+
+
+def _is_pickle_error(exc: BaseException) -> bool:
+    """What pickling an unpicklable object raises (torch's loader warns on the same three)."""
+    return isinstance(exc, (TypeError, AttributeError, pickle.PicklingError))
+
+
+def _unpicklable_part(spec: WorkerSpec) -> tuple[str, str] | None:
+    """("dataset" / "collate_fn" / "worker_init_fn", its name) of the first that fails to pickle."""
+    for field in ("dataset", "collate_fn", "worker_init_fn"):
+        value = getattr(spec, field)
+        try:
+            pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except RuntimeError:
+            continue  # multiprocessing objects: picklable while a process starts
+        except Exception:
+            if field == "dataset":
+                return field, type(value).__name__
+            name = getattr(value, "__qualname__", None) or type(value).__name__
+            return field, name.rsplit(".", 1)[-1]
+    return None
 
 
 def _remove_orphaned_stack_files() -> None:

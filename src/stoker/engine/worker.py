@@ -12,6 +12,13 @@ cost short batches up to half their throughput on a busy machine: a pipe write t
 a waiting reader tells the kernel that the writer is about to sleep, so the trainer takes
 the worker's CPU and the worker, which is not going to sleep, waits in the run queue
 behind every other runnable process (see docs/engine.md, "Hand-offs").
+
+Seeds, in torch's order: at its first :class:`StartEpoch` a worker learns its seed (the
+epoch's base seed + its id), seeds the global generators with it (process workers), sets
+its :class:`~stoker.WorkerInfo`, and only then runs ``worker_init_fn``. The global
+generators ``worker_init_fn`` seeds are left to it from then on (see
+:func:`stoker.randomness.leave_to_user`): not reseeded at later epochs, not served from
+per-sample scopes.
 """
 
 from __future__ import annotations
@@ -26,13 +33,15 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 import numpy as np
 
-from stoker._worker_info import WorkerInfo, _consulted, _set_worker_info
+from stoker import randomness
+from stoker._worker_info import WorkerInfo, WorkerRNG, _consulted, _set_worker_info
 from stoker.collate import collate_into
 from stoker.engine import shm, transport
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
@@ -71,13 +80,52 @@ def cap_threads(threads: int) -> None:
         cv2.setNumThreads(threads)
 
 
-def seed_worker(seed: int) -> None:
-    """Seeds Python's ``random``, numpy's global RNG and (when loaded) torch."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
+_GENERATOR_NAMES = {"numpy": "numpy's", "python": "Python's", "torch": "torch's"}
+
+
+def seed_worker(seed: int, skip: frozenset[str] = frozenset()) -> None:
+    """Seeds Python's ``random``, numpy's global RNG and (when loaded) torch, except ``skip``."""
+    if "python" not in skip:
+        random.seed(seed)
+    if "numpy" not in skip:
+        np.random.seed(seed % 2**32)
     torch = sys.modules.get("torch")
-    if torch is not None:  # the CPU generator only: torch.manual_seed also wakes CUDA (ms)
+    if torch is not None and "torch" not in skip:
+        # the CPU generator only: torch.manual_seed also wakes CUDA (ms)
         torch.default_generator.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def run_worker_init_fn(spec: WorkerSpec, info: WorkerInfo, owns_process: bool) -> frozenset[str]:
+    """Runs ``worker_init_fn``; returns the global generators it seeded, now left to it.
+
+    In a process worker those generators stop being served from per-sample scopes (the
+    user's seed wins, as with torch). A thread worker shares the trainer's generators,
+    so seeding them there changes nothing for loading, and stoker says so.
+    """
+    if spec.worker_init_fn is None:
+        return frozenset()
+    torch_was_loaded = "torch" in sys.modules
+    with randomness.seeding_watch() as seeded:
+        spec.worker_init_fn(info.id)
+    if not owns_process:
+        if seeded:
+            names = [_GENERATOR_NAMES[g] for g in randomness.GENERATORS if g in seeded]
+            what = " and ".join(names) + (" global generators" if len(names) > 1 else " global generator")
+            msg = (
+                f"worker_init_fn seeded {what} in a thread worker, but thread workers share the "
+                "trainer's global generators: draws made while loading still come from stoker's "
+                "per-sample generators. For a stream of your own in each thread worker, use "
+                "get_worker_info().rng, or use worker_mode='process'."
+            )
+            warnings.warn(msg, UserWarning, stacklevel=2)
+        return frozenset()
+    if not torch_was_loaded and "torch" in sys.modules:  # worker_init_fn imported torch
+        if "torch" not in seeded:
+            seed_worker(info.seed, skip=frozenset({"numpy", "python"}))
+        _set_worker_info(info, owns_process=True)  # torch's get_worker_info answers too
+    left = frozenset(seeded)
+    randomness.leave_to_user(left)
+    return left
 
 
 def failure(task_id: int, epoch: int, worker_id: int, exc: BaseException) -> Failed:
@@ -112,13 +160,9 @@ def run_worker(
     process-wide state (process workers; a thread worker shares both with the trainer).
     """
     epoch, epoch_seed, fetcher = -1, 0, None
-    try:
-        _set_worker_info(WorkerInfo(worker_id, spec.num_workers, 0, spec.dataset), owns_process=seed_globals)
-        if spec.worker_init_fn is not None:
-            spec.worker_init_fn(worker_id)
-    except BaseException as exc:
-        send(failure(-1, epoch, worker_id, exc), None)
-        return
+    initialised = False  # worker_init_fn runs at the first StartEpoch, once seeded
+    left_to_user: frozenset[str] = frozenset()
+    method = "multiprocessing" if seed_globals else "thread"
     send(Ready(worker_id, os.getpid()), None)
     idle = 0.0
     while True:
@@ -130,9 +174,20 @@ def run_worker(
         if isinstance(message, StartEpoch):
             epoch, epoch_seed = message.epoch, message.seed
             seed = message.seed + worker_id
-            _set_worker_info(WorkerInfo(worker_id, spec.num_workers, seed, spec.dataset), owns_process=seed_globals)
+            rng = None if seed_globals else WorkerRNG.seeded(seed)
+            info = WorkerInfo(
+                id=worker_id, num_workers=spec.num_workers, seed=seed, dataset=spec.dataset, rng=rng, worker_method=method
+            )
+            _set_worker_info(info, owns_process=seed_globals)
             if seed_globals:
-                seed_worker(seed)
+                seed_worker(seed, skip=left_to_user)
+            if not initialised:
+                initialised = True
+                try:
+                    left_to_user = run_worker_init_fn(spec, info, seed_globals)
+                except BaseException as exc:
+                    send(failure(-1, epoch, worker_id, exc), None)
+                    return
             set_epoch = getattr(spec.dataset, "set_epoch", None)
             if callable(set_epoch):
                 try:
