@@ -15,71 +15,26 @@ import threading
 import time
 from dataclasses import dataclass
 
+from stoker import _proc
+from stoker._proc import ProcessStat, process_stat
+
 SETTLE_S = 3.0  # how long leftovers may take to go away (thread workers finish their batch)
 _POLL_S = 0.02
-_MP_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    state: str
-    starttime: int
-
-
-def read_proc(pid: int) -> Proc | None:
-    """The process's /proc/<pid>/stat fields we need, or None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # the command name is in parentheses and may itself hold spaces or parentheses
-    fields = text[text.rindex(")") + 2 :].split()
-    return Proc(pid=pid, ppid=int(fields[1]), state=fields[0], starttime=int(fields[19]))
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def all_procs() -> dict[int, Proc]:
-    procs = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            proc = read_proc(int(name))
-            if proc is not None:
-                procs[proc.pid] = proc
-    return procs
+Proc = ProcessStat
 
 
 def descendants(root: int) -> list[Proc]:
     """Every process below ``root`` (children, grandchildren, ...), zombies included."""
-    procs = all_procs()
-    children: dict[int, list[Proc]] = {}
-    for proc in procs.values():
-        children.setdefault(proc.ppid, []).append(proc)
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child.pid)
-    return found
-
-
-def children_of(pid: int) -> list[Proc]:
-    return [p for p in all_procs().values() if p.ppid == pid]
+    found = (process_stat(pid) for pid in _proc.descendants(root, helpers=True))
+    return [proc for proc in found if proc is not None]
 
 
 def is_gone(proc: Proc) -> bool:
     """True when that process (same pid *and* start time) has exited (zombies count as exited)."""
-    now = read_proc(proc.pid)
-    return now is None or now.starttime != proc.starttime or now.state in ("Z", "X")
+    now = process_stat(proc.pid)
+    return now is None or now.start_ticks != proc.start_ticks or now.state in ("Z", "X")
 
 
 def wait_gone(procs: list[Proc], limit_s: float = 10.0) -> list[Proc]:
@@ -94,7 +49,7 @@ def wait_gone(procs: list[Proc], limit_s: float = 10.0) -> list[Proc]:
 
 def _is_mp_helper(proc: Proc, root: int) -> bool:
     """The forkserver and resource tracker multiprocessing keeps for the whole session."""
-    return proc.ppid == root and any(name in cmdline(proc.pid) for name in _MP_HELPERS)
+    return proc.ppid == root and _proc.is_multiprocessing_helper(proc.pid)
 
 
 def worker_processes() -> list[Proc]:
@@ -135,7 +90,7 @@ class Baseline:
 def baseline() -> Baseline:
     me = os.getpid()
     return Baseline(
-        processes=frozenset((p.pid, p.starttime) for p in descendants(me)),
+        processes=frozenset((p.pid, p.start_ticks) for p in descendants(me)),
         threads=frozenset(id(t) for t in worker_threads()),
         segments=frozenset(shm_segments(me)),
         stacks=frozenset(stack_files(me)),
@@ -146,11 +101,11 @@ def _current_leftovers(before: Baseline) -> list[str]:
     me = os.getpid()
     problems = []
     for proc in descendants(me):
-        if (proc.pid, proc.starttime) in before.processes or _is_mp_helper(proc, me):
+        if (proc.pid, proc.start_ticks) in before.processes or _is_mp_helper(proc, me):
             continue
         kind = "zombie (never joined)" if proc.state == "Z" else f"state {proc.state}"
         problems.append(
-            f"process {proc.pid} ({kind}, parent {proc.ppid}): {cmdline(proc.pid)[:120]!r}"
+            f"process {proc.pid} ({kind}, parent {proc.ppid}): {_proc.cmdline(proc.pid)[:120]!r}"
         )
     problems += [
         f"thread {t.name} is alive" for t in worker_threads() if id(t) not in before.threads

@@ -18,7 +18,8 @@ import platform
 import sys
 from typing import Any
 
-from stoker.tuning.sweep import SweepPoint, SweepResult, _usable_cpus, default_workers, sweep
+from stoker._proc import usable_cpus
+from stoker.tuning.sweep import SweepPoint, SweepResult, default_workers, sweep
 
 __all__ = ["add_parser", "format_table", "run"]
 
@@ -383,7 +384,7 @@ def run(args: argparse.Namespace) -> int:
     title = (
         f"{args.target} ({_describe(dataset)}), batch_size={args.batch_size}, {args.batches} timed "
         f"batches after {args.warmup} warm-up, {args.worker_mode} workers, "
-        f"{_usable_cpus()} CPUs, Python {platform.python_version()}"
+        f"{usable_cpus()} CPUs, Python {platform.python_version()}"
     )
     out = sys.stdout
     if not args.json:

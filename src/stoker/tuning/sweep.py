@@ -36,7 +36,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from stoker.profiling.memory import process_memory
+from stoker._proc import (
+    descendants,
+    machine_busy_s,
+    process_cpu_s,
+    process_memory,
+    reset_peak_rss,
+    status_kib,
+    usable_cpus,
+)
 
 __all__ = [
     "BackgroundLoad",
@@ -203,7 +211,7 @@ def default_workers(cpus: int | None = None) -> tuple[int, ...]:
         (0, 1, 2, 4, 6)
     """
     if cpus is None:
-        cpus = _usable_cpus()
+        cpus = usable_cpus()
     counts = [0]
     n = 1
     while n <= cpus:
@@ -432,66 +440,6 @@ def _with_memory(point: SweepPoint, watch: _MemoryWatch) -> SweepPoint:
 # --------------------------------------------------------------------------- memory
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _status_kib(pid: int | str, key: str) -> int | None:
-    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``), or None."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(key.encode() + b":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _private_kib(pid: int) -> int | None:
-    """Memory only ``pid`` holds (its unique set size), in KiB."""
-    memory = process_memory(pid)
-    return memory.uss // 1024 if memory is not None else None
-
-
-_MP_HELPERS = (b"multiprocessing.forkserver", b"multiprocessing.resource_tracker")
-
-
-def _descendants(pid: int) -> list[int]:
-    """Children, grandchildren, ... of ``pid`` (``/proc/<pid>/task/<tid>/children``)."""
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        parent = pending.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
-                    kids = [int(c) for c in f.read().split()]
-            except (OSError, ValueError):
-                continue
-            kids = [k for k in kids if not _is_multiprocessing_helper(k)]
-            found.extend(kids)
-            pending.extend(kids)
-    return found
-
-
-def _is_multiprocessing_helper(pid: int) -> bool:
-    """The fork server and resource tracker that multiprocessing keeps for the session."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
-    except OSError:
-        return False
-    return any(name in cmdline for name in _MP_HELPERS)
-
-
 class _MemoryWatch:
     """Peak memory of this process and its workers while the ``with`` block runs.
 
@@ -511,27 +459,23 @@ class _MemoryWatch:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> _MemoryWatch:
-        rss = _status_kib("self", "VmRSS")
+        rss = status_kib("self", "VmRSS")
         if rss is None:  # no /proc: nothing to measure
             return self
         self.baseline_bytes = rss * 1024
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            self._hwm_reset = True
-        except OSError:
-            self._hwm_reset = False
+        self._hwm_reset = reset_peak_rss()
         self._thread = threading.Thread(target=self._poll, name="stoker-bench-memory", daemon=True)
         self._thread.start()
         return self
 
     def _sample(self) -> None:
-        rss = _status_kib("self", "VmRSS")
+        rss = status_kib("self", "VmRSS")
         if rss is not None:
             self._trainer_kib = max(self._trainer_kib, rss)
         workers = 0
-        for child in _descendants(os.getpid()):
-            workers += _private_kib(child) or 0
+        for child in descendants(os.getpid()):
+            memory = process_memory(child)
+            workers += memory.uss // 1024 if memory is not None else 0
         self._workers_kib = max(self._workers_kib, workers)
 
     def _poll(self) -> None:
@@ -548,7 +492,7 @@ class _MemoryWatch:
         self._sample()  # once more, with the workers still alive (the loader closes after)
         trainer = self._trainer_kib
         if self._hwm_reset:
-            trainer = max(trainer, _status_kib("self", "VmHWM") or 0)
+            trainer = max(trainer, status_kib("self", "VmHWM") or 0)
         self.peak_bytes = (trainer + self._workers_kib) * 1024
 
 
@@ -575,12 +519,12 @@ class BackgroundLoad:
         self._start: tuple[float, float, dict[int, float]] | None = None
 
     def __enter__(self) -> BackgroundLoad:
-        machine = _machine_busy_s()
+        machine = machine_busy_s()
         self._start = None if machine is None else (time.perf_counter(), machine, _tree_cpu_s())
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        machine = _machine_busy_s()
+        machine = machine_busy_s()
         if self._start is None or machine is None:
             return
         clock, machine_before, tree_before = self._start
@@ -591,32 +535,11 @@ class BackgroundLoad:
             self.cpus = max(0.0, (machine - machine_before - ours) / wall)
 
 
-def _clock_ticks() -> int:
-    try:
-        return os.sysconf("SC_CLK_TCK")
-    except (AttributeError, ValueError, OSError):
-        return 100
-
-
-def _machine_busy_s() -> float | None:
-    """Seconds of CPU the whole machine has spent busy since boot."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return (user + nice + system + irq + softirq + steal) / _clock_ticks()
-
-
 def _tree_cpu_s() -> dict[int, float]:
     """CPU seconds used so far by this process and each of its descendants, by pid."""
     used = {}
-    for pid in (os.getpid(), *_descendants(os.getpid())):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            used[pid] = (int(fields[11]) + int(fields[12])) / _clock_ticks()  # utime, stime
-        except (OSError, ValueError, IndexError):
-            continue
+    for pid in (os.getpid(), *descendants(os.getpid())):
+        seconds = process_cpu_s(pid)
+        if seconds is not None:
+            used[pid] = seconds
     return used
