@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from harness.leaks import assert_nothing_left_behind
-from stoker.cli import bench as bench_cli
 from stoker.cli import main
 from stoker.tuning import (
     BackgroundLoad,
@@ -212,7 +211,7 @@ def test_bad_options_are_refused(module, capsys) -> None:
 def test_without_matplotlib_the_plot_is_skipped_with_a_hint(
     module, tmp_path, capsys, monkeypatch
 ) -> None:
-    monkeypatch.setattr(bench_cli, "_pyplot", lambda: None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     plot, report = tmp_path / "none.png", tmp_path / "r.html"
     rc = _bench(f"{module}:dataset", "--workers", "0", "--plot", str(plot), "--html", str(report))
     out = capsys.readouterr().out

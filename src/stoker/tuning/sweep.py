@@ -29,22 +29,14 @@ Example:
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from stoker._proc import (
-    descendants,
-    machine_busy_s,
-    process_cpu_s,
-    process_memory,
-    reset_peak_rss,
-    status_kib,
-    usable_cpus,
-)
+from stoker._proc import usable_cpus
+from stoker.tuning.background_load import BackgroundLoad
+from stoker.tuning.peak_memory import PeakMemory
 
 __all__ = [
     "BackgroundLoad",
@@ -59,8 +51,6 @@ __all__ = [
 ]
 
 KNEE_FRACTION = 0.95  # the knee is the first setting within 5% of the best rate
-_MEMORY_POLL_S = 0.05  # how often the workers' memory is sampled
-_MEMORY_JOIN_TIMEOUT_S = 2.0  # how long to wait for the sampling thread to stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +321,7 @@ def sweep(
             **extra,
             **options,
         )
-        watch = _MemoryWatch()
+        watch = PeakMemory()
         try:
             with watch:
                 point = _time_loader(
@@ -431,115 +421,7 @@ def _batch_len(batch: Any) -> int:
             return 1
 
 
-def _with_memory(point: SweepPoint, watch: _MemoryWatch) -> SweepPoint:
+def _with_memory(point: SweepPoint, watch: PeakMemory) -> SweepPoint:
     fields_ = {name: getattr(point, name) for name in SweepPoint.__slots__}
     fields_.update(peak_rss_bytes=watch.peak_bytes, baseline_rss_bytes=watch.baseline_bytes)
     return SweepPoint(**fields_)
-
-
-# --------------------------------------------------------------------------- memory
-
-
-class _MemoryWatch:
-    """Peak memory of this process and its workers while the ``with`` block runs.
-
-    The trainer's peak is the kernel's own high-water mark (``VmHWM``), reset on entry by
-    writing ``5`` to ``/proc/self/clear_refs``; where that is refused, the trainer's
-    ``VmRSS`` is sampled instead. The workers' private memory is sampled every
-    ``_MEMORY_POLL_S`` by a background thread, and the peak of their sum is kept.
-    """
-
-    def __init__(self) -> None:
-        self.baseline_bytes: int | None = None
-        self.peak_bytes: int | None = None
-        self._hwm_reset = False
-        self._trainer_kib = 0
-        self._workers_kib = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> _MemoryWatch:
-        rss = status_kib("self", "VmRSS")
-        if rss is None:  # no /proc: nothing to measure
-            return self
-        self.baseline_bytes = rss * 1024
-        self._hwm_reset = reset_peak_rss()
-        self._thread = threading.Thread(target=self._poll, name="stoker-bench-memory", daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        rss = status_kib("self", "VmRSS")
-        if rss is not None:
-            self._trainer_kib = max(self._trainer_kib, rss)
-        workers = 0
-        for child in descendants(os.getpid()):
-            memory = process_memory(child)
-            workers += memory.uss // 1024 if memory is not None else 0
-        self._workers_kib = max(self._workers_kib, workers)
-
-    def _poll(self) -> None:
-        while True:
-            self._sample()
-            if self._stop.wait(_MEMORY_POLL_S):
-                return
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._thread.join(_MEMORY_JOIN_TIMEOUT_S)
-        self._sample()  # once more, with the workers still alive (the loader closes after)
-        trainer = self._trainer_kib
-        if self._hwm_reset:
-            trainer = max(trainer, status_kib("self", "VmHWM") or 0)
-        self.peak_bytes = (trainer + self._workers_kib) * 1024
-
-
-# --------------------------------------------------------------------------- CPU
-
-
-class BackgroundLoad:
-    """How many CPUs *other* processes kept busy while a ``with`` block ran.
-
-    The machine's busy time (``/proc/stat``) minus the CPU time of this process and its
-    descendants (``/proc/<pid>/stat``), divided by the wall time. On a shared machine a
-    figure well above 0 means a measurement taken in the block was disturbed. ``cpus``
-    is ``None`` where ``/proc`` cannot be read.
-
-    Example:
-        >>> with BackgroundLoad() as load:
-        ...     pass
-        >>> load.cpus is None or load.cpus >= 0
-        True
-    """
-
-    def __init__(self) -> None:
-        self.cpus: float | None = None
-        self._start: tuple[float, float, dict[int, float]] | None = None
-
-    def __enter__(self) -> BackgroundLoad:
-        machine = machine_busy_s()
-        self._start = None if machine is None else (time.perf_counter(), machine, _tree_cpu_s())
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        machine = machine_busy_s()
-        if self._start is None or machine is None:
-            return
-        clock, machine_before, tree_before = self._start
-        wall = time.perf_counter() - clock
-        tree_after = _tree_cpu_s()
-        ours = sum(t - tree_before.get(pid, 0.0) for pid, t in tree_after.items())
-        if wall > 0:
-            self.cpus = max(0.0, (machine - machine_before - ours) / wall)
-
-
-def _tree_cpu_s() -> dict[int, float]:
-    """CPU seconds used so far by this process and each of its descendants, by pid."""
-    used = {}
-    for pid in (os.getpid(), *descendants(os.getpid())):
-        seconds = process_cpu_s(pid)
-        if seconds is not None:
-            used[pid] = seconds
-    return used
