@@ -13,7 +13,6 @@ import time
 import numpy as np
 import pytest
 
-from harness.leaks import assert_nothing_left_behind
 from stoker.cli import main
 from stoker.tuning import (
     BackgroundLoad,
@@ -73,13 +72,6 @@ def module(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     yield name
     sys.modules.pop(name, None)
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """No worker process or stoker shared-memory segment outlives a run."""
-    yield
-    assert_nothing_left_behind("bench")
 
 
 def _bench(*args: str) -> int:

@@ -9,8 +9,6 @@ import sys
 import numpy as np
 import pytest
 
-from harness.leaks import assert_nothing_left_behind
-
 pytest.importorskip("PIL", reason="the demo writes and decodes JPEGs with Pillow (the image extra)")
 
 from stoker.cli import demo as demo_cli
@@ -23,13 +21,6 @@ STAGES = (
     "3. + packed shards via mmap, stoker.vision decode",
     "4. + prefetch_factor=4, MixUp collate_fn",
 )
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """No worker process or stoker shared-memory segment outlives a run."""
-    yield
-    assert_nothing_left_behind("the demo")
 
 
 def _rows(out: str) -> dict[str, list[str]]:
