@@ -10,8 +10,11 @@ start-up and pipeline fill), times the next ``batches`` batches, and records:
   the seeds' budget formula;
 * the **measured** peak memory: the trainer's peak resident set (``VmHWM``, reset per
   setting) plus the workers' peak private memory (``Private_*`` in
-  ``/proc/<pid>/smaps_rollup``, sampled every 50 ms). Pages a forked worker shares with the
-  trainer, and the shared-memory slots batches travel in, are counted once, in the trainer.
+  ``/proc/<pid>/smaps_rollup``, sampled every 50 ms; see
+  :class:`~stoker.tuning.peak_memory.PeakMemory`). Pages a forked worker shares with the
+  trainer, and the shared-memory slots batches travel in, are counted once, in the trainer;
+* how many CPUs other processes kept busy meanwhile
+  (:class:`~stoker.tuning.background_load.BackgroundLoad`).
 
 :meth:`SweepResult.knee` is the setting worth using: the fewest workers (then the smallest
 prefetch) that reach 95% of the best rate. More workers past the knee buy little speed for
