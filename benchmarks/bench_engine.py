@@ -68,9 +68,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_workloads  # found through the sys.path entry just above
 
+from stoker._proc import descendants, process_cpu_s
+from stoker._proc import machine_busy_s as _machine_busy_s
+
 LOADERS = ("torch0", "torch2", "stoker0", "stoker2")
 TTFB_WORKLOADS = ("tiny", "large", "jpeg")
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -175,32 +177,10 @@ def close_loader(loader: Any) -> None:
 
 def _children_cpu_s() -> float | None:
     """CPU seconds (user + system) used so far by this process's live children."""
-    total = 0.0
-    try:
-        for tid in os.listdir(f"/proc/{os.getpid()}/task"):
-            with open(f"/proc/{os.getpid()}/task/{tid}/children") as f:
-                for pid in f.read().split():
-                    try:
-                        with open(f"/proc/{pid}/stat") as g:
-                            fields = g.read().rsplit(")", 1)[1].split()
-                    except OSError:
-                        continue
-                    total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    except OSError:
+    if process_cpu_s(os.getpid()) is None:  # no /proc
         return None
-    return total
-
-
-def _machine_busy_s() -> float | None:
-    """CPU seconds the whole machine has spent busy (all CPUs, steal included), from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    # cpu user nice system idle iowait irq softirq steal ...; guest time is inside user
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
+    children = descendants(os.getpid(), helpers=True)
+    return sum(seconds for pid in children if (seconds := process_cpu_s(pid)) is not None)
 
 
 _IDLE_PROBE_S = 0.5

@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 import stoker
+from stoker._proc import descendants, process_memory
 from stoker.compact import StringArray
-from stoker.profiling.memory import process_memory
 
 N_PATHS = 1_000_000
 SAMPLE = 100_000
@@ -61,17 +61,7 @@ class BigSpawnDataset:
 def total_pss(pid: int) -> int:
     """PSS of ``pid`` and all its descendants."""
     total = 0
-    children = {pid}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid:
-                children.add(int(entry))
-    for p in children:
+    for p in (pid, *descendants(pid, helpers=True)):
         memory = process_memory(p)
         if memory is not None:
             total += memory.pss

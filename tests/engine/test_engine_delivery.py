@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 import os
 
-import engine_harness
 import numpy as np
 import pytest
-from engine_datasets import (
+
+from engine.engine_datasets import (
     BatchedSamples,
     InfoSamples,
     ReplicaStream,
@@ -17,7 +17,7 @@ from engine_datasets import (
     TorchShardedStream,
     shard_bounds,
 )
-
+from harness import leaks as engine_harness
 from stoker import ArrayDataset, DataLoader, get_worker_info
 
 MODES = ("process", "thread")

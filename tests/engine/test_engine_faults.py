@@ -11,7 +11,8 @@ import signal
 import time
 
 import pytest
-from engine_datasets import (
+
+from engine.engine_datasets import (
     BlocksFrom,
     Exits,
     Hangs,
@@ -22,7 +23,6 @@ from engine_datasets import (
     Samples,
     failing_init,
 )
-
 from stoker import DataLoader, WorkerError
 
 MODES = ("process", "thread")

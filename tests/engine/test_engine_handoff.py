@@ -10,12 +10,11 @@ import os
 import time
 from typing import Any
 
-import engine_harness
 import numpy as np
 import pytest
-from engine_datasets import BigAnswers, LogBatches, Tensors
 
-from stoker import DataLoader, PadCollate
+from engine.engine_datasets import BigAnswers, LogBatches, Tensors
+from stoker import DataLoader, PadCollate, _proc
 
 _WAIT_S = 10.0
 _TEXT = 256 * 1024  # characters per sample: two of them are more than a pipe holds
@@ -95,7 +94,7 @@ def test_tensors_collated_into_a_slot_arrive_as_views_of_the_slot(tmp_path, kind
         tensor = tensor_of(batch)
         assert bool((tensor == tensor[:, :1]).all())
         seen += tensor[:, 0].tolist()
-        in_shm.append(os.path.basename(engine_harness.mapped_file(tensor.data_ptr())).startswith("stoker-"))
+        in_shm.append(os.path.basename(_proc.mapped_file(tensor.data_ptr())).startswith("stoker-"))
     np.testing.assert_array_equal(np.asarray(seen), np.arange(96))
     assert all(in_shm[4:])  # the first few travel before the slot pool exists
 

@@ -7,11 +7,11 @@ import gc
 import os
 import threading
 
-import engine_harness
 import numpy as np
 import pytest
-from engine_datasets import Recording, Samples, ShardedStream, record_init
 
+from engine.engine_datasets import Recording, Samples, ShardedStream, record_init
+from harness import leaks as engine_harness
 from stoker import DataLoader
 
 MODES = ("process", "thread")

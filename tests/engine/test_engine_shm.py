@@ -5,11 +5,11 @@ from __future__ import annotations
 import gc
 import os
 
-import engine_harness
 import numpy as np
 import pytest
-from engine_datasets import Growing, Samples
 
+from engine.engine_datasets import Growing, Samples
+from harness import leaks as engine_harness
 from stoker import DataLoader, ShmError
 from stoker.engine import shm
 

@@ -11,11 +11,11 @@ import textwrap
 import time
 from pathlib import Path
 
-import engine_harness
 import pytest
-from engine_datasets import Samples
 
 import stoker
+from engine.engine_datasets import Samples
+from harness import leaks as engine_harness
 from stoker import DataLoader
 from stoker.engine import shm
 

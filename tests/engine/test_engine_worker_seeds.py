@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 import pytest
-from engine_datasets import (
+
+from engine.engine_datasets import (
     GlobalDraws,
     RangeStream,
     Recording,
@@ -32,7 +33,6 @@ from engine_datasets import (
     seed_globals_in_init,
     split_range_in_init,
 )
-
 from stoker import DataLoader
 
 MODES = ("process", "thread")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stoker.tuning.sweep import _descendants
+from stoker._proc import descendants as _descendants
 
 _SETTLE_S = 10.0
 

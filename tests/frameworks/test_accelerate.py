@@ -16,12 +16,12 @@ torch = pytest.importorskip("torch", reason="accelerate trains torch models")
 pytest.importorskip("accelerate", reason="these tests drive stoker.torch through Hugging Face accelerate")
 tud = torch.utils.data
 
-import accelerate_job as job  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
 from accelerate.data_loader import DataLoaderShard  # noqa: E402
-from framework_harness import run_ranks  # noqa: E402
 
 import stoker.torch  # noqa: E402
+from frameworks import accelerate_job as job  # noqa: E402
+from frameworks.framework_harness import run_ranks  # noqa: E402
 
 JOB = Path(job.__file__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch", reason="the recipes train torch models")
-from framework_harness import framework_env  # noqa: E402
+from frameworks.framework_harness import framework_env  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks.md"
 RECIPES = {

@@ -18,11 +18,11 @@ torch = pytest.importorskip("torch", reason="Lightning trains torch models")
 L = pytest.importorskip("lightning", reason="these tests drive stoker.torch through PyTorch Lightning")
 tud = torch.utils.data
 
-import lightning_job as job  # noqa: E402
-from framework_harness import framework_env  # noqa: E402
 from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint  # noqa: E402
 
 import stoker.torch  # noqa: E402
+from frameworks import lightning_job as job  # noqa: E402
+from frameworks.framework_harness import framework_env  # noqa: E402
 
 pytestmark = [
     # Lightning's advice about worker counts, logging and dataloader sizes is not the subject here

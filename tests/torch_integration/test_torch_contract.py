@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="stoker.torch is the torch integration; torch is its oracle")
 tud = torch.utils.data
+from stoker._proc import descendants  # noqa: E402
 from stoker.torch import (
     DataLoader,  # noqa: E402  (needs torch, skipped above without it)
     _accelerate,  # noqa: E402
 )
-from stoker.tuning.sweep import _descendants  # noqa: E402
 
 
 class Squares(tud.Dataset):
@@ -51,7 +51,7 @@ def test_iter_starts_nothing_until_the_first_next() -> None:
     loader = DataLoader(Squares(), batch_size=4, shuffle=True, num_workers=2)
     it = iter(loader)
     assert len(it) == 6
-    assert _descendants(os.getpid()) == [], "iter() started workers"
+    assert descendants(os.getpid()) == [], "iter() started workers"
     assert loader.sampler.epoch == 0, "iter() read the sampler"
     assert loader.state_dict()["epoch"] == 0, "iter() counted an epoch"
     del it
@@ -176,10 +176,10 @@ def test_setting_iterator_to_none_stops_persistent_workers() -> None:
     """Lightning ends a fit by resetting each loader's ``_iterator`` to None."""
     loader = DataLoader(Squares(), batch_size=4, num_workers=2, persistent_workers=True)
     assert flat(loader) == [i * i for i in range(23)]
-    assert loader._iterator is not None and len(_descendants(os.getpid())) >= 2
+    assert loader._iterator is not None and len(descendants(os.getpid())) >= 2
     loader._iterator = None
     assert loader._iterator is None
-    assert _descendants(os.getpid()) == []
+    assert descendants(os.getpid()) == []
     assert flat(loader) == [i * i for i in range(23)]  # a new epoch starts new workers
     loader.close()
 

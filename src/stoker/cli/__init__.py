@@ -1,4 +1,9 @@
-"""The ``stoker`` command line: one module per command."""
+"""The ``stoker`` command line: one module (or package) per command.
+
+``doctor.py``, ``pack.py``, ``bench/`` and ``demo/`` are the commands; ``_target.py``
+finds the dataset TARGET names (doctor, bench) and ``_output.py`` is what they print
+through (error lines, progress bars, plots).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import stoker
 __all__ = ["main"]
 
 
-# One module per command, each with add_parser(commands) and run(args) -> int.
+# One module or package per command, each with add_parser(commands) and run(args) -> int.
 COMMANDS = ("demo", "pack", "doctor", "bench")
 
 

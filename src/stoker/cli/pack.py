@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import DatasetError
+from stoker.cli._output import progress_bar, say
 
 __all__ = ["add_parser", "run"]
 
@@ -108,18 +109,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _pack(args)
     except (PackError, OSError, DatasetError) as exc:  # bad input, I/O errors, a damaged result
-        _say(f"stoker pack: error: {exc}", sys.stderr)
+        say(f"stoker pack: error: {exc}", sys.stderr)
         return 1
-
-
-def _say(text: str, stream: Any = None) -> None:
-    """print() that survives file names the terminal cannot encode."""
-    stream = stream or sys.stdout
-    try:
-        print(text, file=stream, flush=True)
-    except UnicodeEncodeError:
-        encoding = getattr(stream, "encoding", None) or "ascii"
-        print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream, flush=True)
 
 
 # -- listing the input ------------------------------------------------------------------
@@ -280,12 +271,7 @@ class _Progress:
     def __init__(self, total: int) -> None:
         self.total, self.done, self.skipped = total, 0, 0
         self._last = time.monotonic()
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            self._bar = None
-        else:
-            self._bar = tqdm(total=total, unit="file", desc="stoker pack", file=sys.stderr, dynamic_ncols=True)
+        self._bar = progress_bar(total, "file", "stoker pack")
 
     def update(self, skipped: bool) -> None:
         self.done += 1
@@ -328,8 +314,8 @@ def _pack(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     classes, items, notes = _list_items(args)
     for note in notes:
-        _say(f"stoker pack: {note}")
-    _say(
+        say(f"stoker pack: {note}")
+    say(
         f"stoker pack: {len(items)} file(s)"
         + (f" in {len(classes)} class(es)" if classes is not None else "")
         + f" -> {args.dst} (shards of at most {args.shard_size:,} bytes, {args.workers} threads, check={args.check})"
@@ -363,7 +349,7 @@ def _pack(args: argparse.Namespace) -> int:
         raise
     dataset = PackedDataset(args.dst, verify="open" if args.verify else False)
     elapsed = time.perf_counter() - started
-    _say(
+    say(
         f"stoker pack: packed {len(dataset)} record(s), {payload / 1e6:,.1f} MB, into {len(dataset.shard_paths)} "
         f"shard(s) in {elapsed:.1f} s; skipped {len(skipped)}"
         + ("; verified every record's checksum" if args.verify else "")
@@ -381,8 +367,8 @@ def _report_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
     if not skipped:
         return
     listing = os.path.join(dst, "skipped.txt")
-    _say(f"stoker pack: skipped {len(skipped)} unreadable or corrupt file(s) (listed in {listing}):")
+    say(f"stoker pack: skipped {len(skipped)} unreadable or corrupt file(s) (listed in {listing}):")
     for key, reason in skipped[:_SKIPPED_SHOWN]:
-        _say(f"  {key}: {reason}")
+        say(f"  {key}: {reason}")
     if len(skipped) > _SKIPPED_SHOWN:
-        _say(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")
+        say(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")

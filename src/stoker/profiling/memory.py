@@ -3,7 +3,8 @@
 ``uss`` (unique set size) is memory only that process holds: the part copy-on-read grows.
 ``pss`` (proportional set size) splits shared pages among their users, so summing the PSS
 of the trainer and its workers gives their true total. Both come from
-``/proc/<pid>/smaps_rollup`` (Linux); elsewhere they are absent.
+``/proc/<pid>/smaps_rollup`` (Linux, read by :func:`stoker._proc.process_memory`);
+elsewhere they are absent.
 """
 
 from __future__ import annotations
@@ -12,37 +13,14 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
+from stoker._proc import ProcessMemory, process_memory
+
 __all__ = ["GrowthWatch", "ProcessMemory", "process_memory"]
 
 _CHECK_EVERY_S = 5.0
 _SAMPLES = 6
 _MIN_GROWTH_BYTES = 32 * 2**20
 _MIN_GROWTH_SHARE = 0.2
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessMemory:
-    """One process's memory in bytes: resident, proportional and unique."""
-
-    rss: int
-    pss: int
-    uss: int
-
-
-def process_memory(pid: int) -> ProcessMemory | None:
-    """``pid``'s memory from /proc/<pid>/smaps_rollup, or None when unavailable."""
-    fields: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                name, _, rest = line.partition(":")
-                parts = rest.split()
-                if len(parts) == 2 and parts[1] == "kB":
-                    fields[name] = int(parts[0]) * 1024
-    except (OSError, ValueError):
-        return None
-    uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
-    return ProcessMemory(fields.get("Rss", 0), fields.get("Pss", 0), uss)
 
 
 @dataclass

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from stoker.profiling.memory import ProcessMemory, process_memory
+from stoker._proc import ProcessMemory, process_memory
 
 __all__ = ["PROFILE_SAMPLES", "LoaderStats", "StatsRecorder"]
 

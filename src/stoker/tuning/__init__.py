@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
+from stoker.tuning.background_load import BackgroundLoad
 from stoker.tuning.sweep import (
     KNEE_FRACTION,
-    BackgroundLoad,
     SweepPoint,
     SweepProgress,
     SweepResult,

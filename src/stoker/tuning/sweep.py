@@ -10,8 +10,11 @@ start-up and pipeline fill), times the next ``batches`` batches, and records:
   the seeds' budget formula;
 * the **measured** peak memory: the trainer's peak resident set (``VmHWM``, reset per
   setting) plus the workers' peak private memory (``Private_*`` in
-  ``/proc/<pid>/smaps_rollup``, sampled every 50 ms). Pages a forked worker shares with the
-  trainer, and the shared-memory slots batches travel in, are counted once, in the trainer.
+  ``/proc/<pid>/smaps_rollup``, sampled every 50 ms; see
+  :class:`~stoker.tuning.peak_memory.PeakMemory`). Pages a forked worker shares with the
+  trainer, and the shared-memory slots batches travel in, are counted once, in the trainer;
+* how many CPUs other processes kept busy meanwhile
+  (:class:`~stoker.tuning.background_load.BackgroundLoad`).
 
 :meth:`SweepResult.knee` is the setting worth using: the fewest workers (then the smallest
 prefetch) that reach 95% of the best rate. More workers past the knee buy little speed for
@@ -29,14 +32,14 @@ Example:
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from stoker.profiling.memory import process_memory
+from stoker._proc import usable_cpus
+from stoker.tuning.background_load import BackgroundLoad
+from stoker.tuning.peak_memory import PeakMemory
 
 __all__ = [
     "BackgroundLoad",
@@ -51,8 +54,6 @@ __all__ = [
 ]
 
 KNEE_FRACTION = 0.95  # the knee is the first setting within 5% of the best rate
-_MEMORY_POLL_S = 0.05  # how often the workers' memory is sampled
-_MEMORY_JOIN_TIMEOUT_S = 2.0  # how long to wait for the sampling thread to stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,7 @@ def default_workers(cpus: int | None = None) -> tuple[int, ...]:
         (0, 1, 2, 4, 6)
     """
     if cpus is None:
-        cpus = _usable_cpus()
+        cpus = usable_cpus()
     counts = [0]
     n = 1
     while n <= cpus:
@@ -323,7 +324,7 @@ def sweep(
             **extra,
             **options,
         )
-        watch = _MemoryWatch()
+        watch = PeakMemory()
         try:
             with watch:
                 point = _time_loader(
@@ -423,200 +424,7 @@ def _batch_len(batch: Any) -> int:
             return 1
 
 
-def _with_memory(point: SweepPoint, watch: _MemoryWatch) -> SweepPoint:
+def _with_memory(point: SweepPoint, watch: PeakMemory) -> SweepPoint:
     fields_ = {name: getattr(point, name) for name in SweepPoint.__slots__}
     fields_.update(peak_rss_bytes=watch.peak_bytes, baseline_rss_bytes=watch.baseline_bytes)
     return SweepPoint(**fields_)
-
-
-# --------------------------------------------------------------------------- memory
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _status_kib(pid: int | str, key: str) -> int | None:
-    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``), or None."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(key.encode() + b":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _private_kib(pid: int) -> int | None:
-    """Memory only ``pid`` holds (its unique set size), in KiB."""
-    memory = process_memory(pid)
-    return memory.uss // 1024 if memory is not None else None
-
-
-_MP_HELPERS = (b"multiprocessing.forkserver", b"multiprocessing.resource_tracker")
-
-
-def _descendants(pid: int) -> list[int]:
-    """Children, grandchildren, ... of ``pid`` (``/proc/<pid>/task/<tid>/children``)."""
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        parent = pending.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
-                    kids = [int(c) for c in f.read().split()]
-            except (OSError, ValueError):
-                continue
-            kids = [k for k in kids if not _is_multiprocessing_helper(k)]
-            found.extend(kids)
-            pending.extend(kids)
-    return found
-
-
-def _is_multiprocessing_helper(pid: int) -> bool:
-    """The fork server and resource tracker that multiprocessing keeps for the session."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
-    except OSError:
-        return False
-    return any(name in cmdline for name in _MP_HELPERS)
-
-
-class _MemoryWatch:
-    """Peak memory of this process and its workers while the ``with`` block runs.
-
-    The trainer's peak is the kernel's own high-water mark (``VmHWM``), reset on entry by
-    writing ``5`` to ``/proc/self/clear_refs``; where that is refused, the trainer's
-    ``VmRSS`` is sampled instead. The workers' private memory is sampled every
-    ``_MEMORY_POLL_S`` by a background thread, and the peak of their sum is kept.
-    """
-
-    def __init__(self) -> None:
-        self.baseline_bytes: int | None = None
-        self.peak_bytes: int | None = None
-        self._hwm_reset = False
-        self._trainer_kib = 0
-        self._workers_kib = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> _MemoryWatch:
-        rss = _status_kib("self", "VmRSS")
-        if rss is None:  # no /proc: nothing to measure
-            return self
-        self.baseline_bytes = rss * 1024
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            self._hwm_reset = True
-        except OSError:
-            self._hwm_reset = False
-        self._thread = threading.Thread(target=self._poll, name="stoker-bench-memory", daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        rss = _status_kib("self", "VmRSS")
-        if rss is not None:
-            self._trainer_kib = max(self._trainer_kib, rss)
-        workers = 0
-        for child in _descendants(os.getpid()):
-            workers += _private_kib(child) or 0
-        self._workers_kib = max(self._workers_kib, workers)
-
-    def _poll(self) -> None:
-        while True:
-            self._sample()
-            if self._stop.wait(_MEMORY_POLL_S):
-                return
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._thread.join(_MEMORY_JOIN_TIMEOUT_S)
-        self._sample()  # once more, with the workers still alive (the loader closes after)
-        trainer = self._trainer_kib
-        if self._hwm_reset:
-            trainer = max(trainer, _status_kib("self", "VmHWM") or 0)
-        self.peak_bytes = (trainer + self._workers_kib) * 1024
-
-
-# --------------------------------------------------------------------------- CPU
-
-
-class BackgroundLoad:
-    """How many CPUs *other* processes kept busy while a ``with`` block ran.
-
-    The machine's busy time (``/proc/stat``) minus the CPU time of this process and its
-    descendants (``/proc/<pid>/stat``), divided by the wall time. On a shared machine a
-    figure well above 0 means a measurement taken in the block was disturbed. ``cpus``
-    is ``None`` where ``/proc`` cannot be read.
-
-    Example:
-        >>> with BackgroundLoad() as load:
-        ...     pass
-        >>> load.cpus is None or load.cpus >= 0
-        True
-    """
-
-    def __init__(self) -> None:
-        self.cpus: float | None = None
-        self._start: tuple[float, float, dict[int, float]] | None = None
-
-    def __enter__(self) -> BackgroundLoad:
-        machine = _machine_busy_s()
-        self._start = None if machine is None else (time.perf_counter(), machine, _tree_cpu_s())
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        machine = _machine_busy_s()
-        if self._start is None or machine is None:
-            return
-        clock, machine_before, tree_before = self._start
-        wall = time.perf_counter() - clock
-        tree_after = _tree_cpu_s()
-        ours = sum(t - tree_before.get(pid, 0.0) for pid, t in tree_after.items())
-        if wall > 0:
-            self.cpus = max(0.0, (machine - machine_before - ours) / wall)
-
-
-def _clock_ticks() -> int:
-    try:
-        return os.sysconf("SC_CLK_TCK")
-    except (AttributeError, ValueError, OSError):
-        return 100
-
-
-def _machine_busy_s() -> float | None:
-    """Seconds of CPU the whole machine has spent busy since boot."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return (user + nice + system + irq + softirq + steal) / _clock_ticks()
-
-
-def _tree_cpu_s() -> dict[int, float]:
-    """CPU seconds used so far by this process and each of its descendants, by pid."""
-    used = {}
-    for pid in (os.getpid(), *_descendants(os.getpid())):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            used[pid] = (int(fields[11]) + int(fields[12])) / _clock_ticks()  # utime, stime
-        except (OSError, ValueError, IndexError):
-            continue
-    return used

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
-
-from harness.leaks import assert_nothing_left_behind
 
 pytest.importorskip("PIL", reason="the demo writes and decodes JPEGs with Pillow (the image extra)")
 
 from stoker.cli import demo as demo_cli
 from stoker.cli import main
+from stoker.cli.demo.cache import build as build_cache
 
 STAGES = (
     "1. naive: Pillow, file per sample, main process",
@@ -21,13 +21,6 @@ STAGES = (
     "3. + packed shards via mmap, stoker.vision decode",
     "4. + prefetch_factor=4, MixUp collate_fn",
 )
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """No worker process or stoker shared-memory segment outlives a run."""
-    yield
-    assert_nothing_left_behind("the demo")
 
 
 def _rows(out: str) -> dict[str, list[str]]:
@@ -96,7 +89,7 @@ def test_a_half_built_cache_is_rebuilt(tmp_path, capsys) -> None:
     config = demo_cli.DemoConfig.quick()
     home = tmp_path / config.name
     (home / "images").mkdir(parents=True)  # no manifest: an interrupted build
-    data = demo_cli._build(str(tmp_path), config, print)
+    data = build_cache(str(tmp_path), config, print)
     assert "building" in capsys.readouterr().out
     assert data.built_s > 0 and len(data.paths) == config.images
     assert all(os.path.isfile(p) for p in data.paths)
@@ -104,9 +97,7 @@ def test_a_half_built_cache_is_rebuilt(tmp_path, capsys) -> None:
 
 
 def test_without_matplotlib_the_demo_says_what_to_install(tmp_path, capsys, monkeypatch) -> None:
-    from stoker.cli import bench as bench_cli
-
-    monkeypatch.setattr(bench_cli, "_pyplot", lambda: None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     assert main(["demo", "--quick", "--no-torch", "--cache", str(tmp_path)]) == 0
     assert (
         "plot: skipped, it needs matplotlib: pip install 'stoker[cli]'" in capsys.readouterr().out

@@ -1,73 +1,24 @@
-"""stoker.doctor.check and `stoker doctor`: each flag fires on the dataset that deserves it."""
+"""stoker.doctor.check: each flag fires on the dataset that deserves it."""
 
 from __future__ import annotations
 
-import json
 import re
-import textwrap
 
 import numpy as np
 import pytest
 
-from stoker import ArrayDataset, Dataset, IterableDataset, sample_rng
-from stoker.cli import main
-from stoker.doctor import DoctorReport, Finding, check
-
-# ------------------------------------------------------------------ synthetic datasets
-
-
-class Images(Dataset):
-    """``(image, label)`` pairs from a fixed array, with an optional transform."""
-
-    def __init__(
-        self, images: np.ndarray, labels: np.ndarray | None = None, transform=None
-    ) -> None:
-        self.images = images
-        self.labels = np.arange(len(images)) % 4 if labels is None else labels
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i):
-        image = self.images[i]
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, int(self.labels[i])
-
-
-def unit_images(n: int = 64, shape=(3, 16, 16)) -> np.ndarray:
-    return np.random.default_rng(0).random((n, *shape)).astype(np.float32)
-
-
-def standardised(n: int = 64, shape=(3, 16, 16)) -> np.ndarray:
-    return np.random.default_rng(1).standard_normal((n, *shape)).astype(np.float32)
-
-
-def seeded_noise(image: np.ndarray) -> np.ndarray:
-    return image + sample_rng().normal(0, 0.1, image.shape).astype(np.float32)
-
-
-def unseeded_noise(image: np.ndarray) -> np.ndarray:
-    return image + np.random.default_rng().normal(0, 0.1, image.shape).astype(np.float32)
-
-
-def flags(report: DoctorReport) -> set[str]:
-    return {f.data["flag"] for f in report.findings if "flag" in f.data}
-
-
-def finding(report: DoctorReport, check_name: str, status: str | None = None) -> Finding:
-    found = [
-        f
-        for f in report.findings
-        if f.check == check_name and (status is None or f.status == status)
-    ]
-    assert found, f"no {check_name}/{status} finding in:\n{report.render()}"
-    return found[0]
-
-
-SMALL = {"batch_size": 8, "num_batches": 2, "stats_samples": 64}
-
+from doctor.synthetic import (
+    SMALL,
+    Images,
+    finding,
+    flags,
+    seeded_noise,
+    standardised,
+    unit_images,
+    unseeded_noise,
+)
+from stoker import ArrayDataset, Dataset, IterableDataset
+from stoker.doctor import check
 
 # ------------------------------------------------------------------ the value-range and layout flags
 
@@ -295,152 +246,3 @@ def test_argument_errors() -> None:
     with pytest.raises(ValueError, match=r"index must be a non-negative integer, got -1"):
         check(standardised(), index=-1)
 
-
-# ------------------------------------------------------------------ the rendered report
-
-
-def test_rendered_text_reads_as_a_checklist() -> None:
-    report = check(Images(unit_images() * 255), **SMALL, target="my images")
-    lines = report.render().splitlines()
-    assert lines[0] == "stoker doctor: my images"
-    assert lines[1] == "  OK    length: 64 samples"
-    assert lines[2] == "  OK    sample: sample 0 is a tuple of 2 fields"
-    assert re.fullmatch(
-        r" {10}sample\[0\] +float32 \(3, 16, 16\)  min \S+  max \S+  mean \S+  std \S+", lines[3]
-    )
-    assert lines[4] == " " * 10 + "sample[1]            int = 0"
-    assert lines[5].startswith("  WARN  sample: sample[0] is float with values in [")
-    assert any(line.startswith("  OK    workers: pickles for process workers (") for line in lines)
-    assert (
-        " " * 10 + "on the 0-1 scale (pixels / 255), as Normalize after ToTensor expects:" in lines
-    )
-    assert lines[-1] == "result: OK (8 ok, 1 warning, 0 failures)"
-    assert str(report) == report.render()
-
-
-def test_json_round_trips() -> None:
-    report = check(Images(unit_images()), **SMALL)
-    data = json.loads(report.to_json())
-    assert data["ok"] is True and data["exit_code"] == 0
-    assert [f["check"] for f in data["findings"]][:2] == ["length", "sample"]
-    assert data["normalize"]["field"] == "sample[0]"
-    assert data["normalize"]["mean"] == pytest.approx(list(report.mean))
-
-
-# ------------------------------------------------------------------ the command line
-
-
-@pytest.fixture
-def target_module(tmp_path, monkeypatch):
-    """A module in the current directory with datasets for `module:attr` targets."""
-    source = textwrap.dedent(
-        """
-        import numpy as np
-        from stoker import ArrayDataset
-
-        rng = np.random.default_rng(0)
-        clean = ArrayDataset(rng.standard_normal((40, 3, 8, 8)).astype(np.float32), np.arange(40) % 2)
-
-        def make_raw():
-            return ArrayDataset(rng.random((40, 3, 8, 8)).astype(np.float32) * 255, np.arange(40) % 2)
-
-        class WithNaN:
-            def __len__(self):
-                return 10
-            def __getitem__(self, i):
-                return np.full((3, 8, 8), np.nan, dtype=np.float32), 0
-
-        not_a_dataset = 42
-        """
-    )
-    (tmp_path / "doctor_targets_mod.py").write_text(source)
-    monkeypatch.chdir(tmp_path)
-    return "doctor_targets_mod"
-
-
-def test_cli_module_attr_object(target_module, capsys) -> None:
-    assert (
-        main(["doctor", f"{target_module}:clean", "--batch-size", "8", "--num-batches", "2"]) == 0
-    )
-    out = capsys.readouterr().out
-    assert out.startswith(f"stoker doctor: {target_module}:clean\n")
-    assert "  OK    batches: 2 batches of 8 through DataLoader(shuffle=True)" in out
-    assert out.rstrip().endswith("0 failures)")
-
-
-def test_cli_module_attr_factory_and_json(target_module, capsys) -> None:
-    assert main(["doctor", f"{target_module}:make_raw", "--json", "--stats-samples", "20"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert {f["data"].get("flag") for f in data["findings"]} >= {"0-255"}
-    assert data["normalize"]["mean"][0] == pytest.approx(0.5, abs=0.05)
-
-
-def test_cli_exit_code_1_on_failures(target_module, capsys, tmp_path) -> None:
-    assert main(["doctor", f"{target_module}:WithNaN"]) == 1
-    assert "  FAIL  sample: sample[0] holds 192 NaN or inf values" in capsys.readouterr().out
-    assert main(["doctor", f"{target_module}:not_a_dataset"]) == 1
-    assert "doctor_targets_mod:not_a_dataset is a int, not a dataset" in capsys.readouterr().out
-    assert main(["doctor", f"{target_module}:missing"]) == 1
-    assert "doctor_targets_mod has no attribute 'missing'" in capsys.readouterr().out
-    assert main(["doctor", "no_such_module_xyz:thing"]) == 1
-    assert "cannot import the module 'no_such_module_xyz'" in capsys.readouterr().out
-    assert main(["doctor", str(tmp_path / "nowhere")]) == 1
-    assert (
-        "is neither a directory (an image folder or a packed dataset) nor module:attr"
-        in capsys.readouterr().out
-    )
-
-
-def test_cli_python_file_target(target_module, tmp_path, capsys) -> None:
-    assert main(["doctor", str(tmp_path / f"{target_module}.py") + ":clean", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["ok"] is True
-
-
-def test_cli_packed_dataset_directory(tmp_path, capsys) -> None:
-    packed = pytest.importorskip(
-        "stoker.formats.packed", reason="the packed format is a sibling module"
-    )
-    rng = np.random.default_rng(0)
-    with packed.PackedWriter(str(tmp_path / "packed")) as writer:
-        for i in range(30):
-            writer.add({"image": rng.random((3, 8, 8)).astype(np.float32), "label": i % 3})
-    assert (
-        main(["doctor", str(tmp_path / "packed"), "--batch-size", "4", "--num-batches", "2"]) == 0
-    )
-    out = capsys.readouterr().out
-    assert out.startswith(f"stoker doctor: packed dataset {tmp_path / 'packed'}\n")
-    assert "  OK    labels: sample['label']: 3 classes" in out
-    assert "paste: Normalize(mean=[" in out
-
-
-def test_cli_image_folder(tmp_path, capsys) -> None:
-    pytest.importorskip("PIL", reason="writes PNG files with Pillow")
-    pytest.importorskip("stoker.formats.image_folder", reason="ImageFolder is a sibling module")
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for name in ["cat", "dog"]:
-        (tmp_path / "images" / name).mkdir(parents=True)
-        for i in range(6):
-            pixels = rng.integers(0, 256, size=(20 + 3 * i, 24, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(tmp_path / "images" / name / f"{i}.png")
-    args = [
-        "doctor",
-        str(tmp_path / "images"),
-        "--size",
-        "16",
-        "--batch-size",
-        "4",
-        "--num-batches",
-        "2",
-    ]
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    assert "(resized and cropped to 16)" in out.splitlines()[0]
-    assert "  OK    batches: 2 batches of 4 through DataLoader(shuffle=True)" in out
-    assert "batch[0]             uint8 (4, 16, 16, 3)" in out
-    assert "  WARN  sample: sample[0] is raw uint8 pixels (0-255)" in out
-    assert "  OK    labels: sample[1]: 2 classes, most common 0 (50%)" in out
-    assert "on the 0-1 scale (pixels / 255)" in out
-    assert main(["doctor", str(tmp_path / "images"), "--size", "0", "--batch-size", "4"]) == 1
-    assert "  FAIL  batches: loading batches of 4 raised CollateError" in capsys.readouterr().out

@@ -1,0 +1,54 @@
+"""What every command prints through: error lines, progress bars, plots.
+
+* :func:`usage_error`: ``stoker COMMAND: message`` on stderr, and exit status 2;
+* :func:`say`: a line that survives characters the terminal cannot encode;
+* :func:`progress_bar`: a tqdm bar on stderr, or None without tqdm (the ``cli`` extra),
+  for the command to fall back to plain lines;
+* :func:`pyplot`: matplotlib on its file-only backend, or None without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["PLOT_INSTALL", "progress_bar", "pyplot", "say", "usage_error"]
+
+PLOT_INSTALL = "pip install 'stoker[cli]'"  # what a missing plot asks for
+
+
+def usage_error(command: str, message: str) -> int:
+    """Prints ``stoker COMMAND: message`` on stderr; returns 2, the status for bad usage."""
+    print(f"stoker {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def say(text: str, stream: Any = None) -> None:
+    """print() that survives file names the terminal cannot encode."""
+    stream = stream or sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream, flush=True)
+
+
+def progress_bar(total: int, unit: str, desc: str | None = None) -> Any:
+    """A tqdm bar on stderr counting ``total`` ``unit``\\ s, or None when tqdm is missing."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None when matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,169 @@
+"""TARGET, the dataset ``stoker doctor`` and ``stoker bench`` work on, and its arguments.
+
+TARGET is one of:
+
+* an image folder (one subfolder per class), read with
+  :class:`stoker.formats.image_folder.ImageFolder`, resized and centre-cropped to
+  ``--size`` (0 keeps each file's size);
+* a packed dataset directory (it holds ``manifest.json``), read with
+  :class:`stoker.formats.packed.PackedDataset`; images packed by ``stoker pack`` are
+  decoded and resized like an image folder's;
+* ``module:attr`` or ``path/to/file.py:attr``, naming a dataset object, or a class or
+  function that returns one when called without arguments (the current directory is
+  importable, as with ``python -m``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+__all__ = ["DEFAULT_SIZE", "TargetError", "add_size_argument", "add_target_argument", "load_target"]
+
+_MANIFEST_NAME = "manifest.json"  # stoker.formats._packed_spec.MANIFEST_NAME, without importing it
+DEFAULT_SIZE = 224  # the square images from a folder or `stoker pack` are resized and cropped to
+_FORMS = (
+    "an image folder (one subfolder per class), a packed dataset directory, or module:attr "
+    "naming a dataset or a function that returns one"
+)
+
+
+def add_target_argument(parser: argparse.ArgumentParser, *, lead: str = "") -> None:
+    """The TARGET argument; its help is ``lead`` followed by the forms TARGET takes."""
+    parser.add_argument("target", metavar="TARGET", help=lead + _FORMS)
+
+
+def add_size_argument(parser: argparse.ArgumentParser, *, help_text: str) -> None:
+    """``--size``: the square images from a folder or ``stoker pack`` become (``load_target``)."""
+    parser.add_argument("--size", type=int, default=DEFAULT_SIZE, help=help_text)
+
+
+class TargetError(ValueError):
+    """TARGET names nothing the doctor can load."""
+
+
+class _DecodePacked:
+    """Decodes the images ``stoker pack`` stored: ``bytes`` or ``(bytes, label)`` records."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, record: Any) -> Any:
+        from stoker.vision import decode_image
+
+        data, label = record if isinstance(record, tuple) else (record, None)
+        image = _resize_crop(decode_image(data, size_hint=self.size or None), self.size)
+        return image if label is None else (image, label)
+
+
+def _resize_crop(image: Any, size: int) -> Any:
+    if not size:
+        return image
+    from stoker.vision import CenterCrop, Resize
+
+    return CenterCrop(size)(Resize(size)(image))
+
+
+class _ResizeCrop:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, image: Any) -> Any:
+        return _resize_crop(image, self.size)
+
+
+def load_target(spec: str, *, size: int = DEFAULT_SIZE) -> tuple[Any, str]:
+    """The dataset TARGET names, and how the report should name it.
+
+    Raises:
+        TargetError: TARGET is neither a directory nor ``module:attr``, or ``module:attr``
+            does not resolve; errors raised while loading the dataset propagate.
+    """
+    if os.path.isdir(spec):
+        if os.path.isfile(os.path.join(spec, _MANIFEST_NAME)):
+            from stoker.formats.packed import PackedDataset
+
+            dataset = PackedDataset(spec)
+            if dataset.metadata.get("packed_by") == "stoker pack":
+                dataset = PackedDataset(spec, transform=_DecodePacked(size))
+                return dataset, f"packed images {spec}" + (
+                    f" (decoded, resized and cropped to {size})" if size else ""
+                )
+            return dataset, f"packed dataset {spec}"
+        from stoker.formats.image_folder import ImageFolder
+
+        transform = _ResizeCrop(size) if size else None
+        return ImageFolder(spec, transform=transform), f"image folder {spec}" + (
+            f" (resized and cropped to {size})" if size else ""
+        )
+    module_name, colon, attr = spec.rpartition(":")
+    if not colon or not module_name or not attr or os.path.exists(spec):
+        msg = (
+            f"TARGET {spec!r} is neither a directory (an image folder or a packed dataset) nor "
+            "module:attr (like mypackage.data:train_set or data.py:make_dataset)"
+        )
+        raise TargetError(msg)
+    obj = _import_attr(module_name, attr)
+    if isinstance(obj, type) or (callable(obj) and not _looks_like_dataset(obj)):
+        obj = obj()
+    if not _looks_like_dataset(obj):
+        msg = (
+            f"{spec} is a {type(obj).__name__}, not a dataset: it needs __getitem__ and __len__, "
+            "or __iter__ (an IterableDataset)"
+        )
+        raise TargetError(msg)
+    return obj, spec
+
+
+def _looks_like_dataset(obj: Any) -> bool:
+    from stoker.datasets import is_iterable_dataset
+
+    return (hasattr(obj, "__getitem__") and hasattr(obj, "__len__")) or is_iterable_dataset(obj)
+
+
+def _import_attr(module_name: str, attr: str) -> Any:
+    if module_name.endswith(".py"):
+        module = _import_file(module_name)
+    else:
+        module = _import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise TargetError(f"{module_name} has no attribute {attr!r}") from None
+    return obj
+
+
+def _import_file(path: str) -> Any:
+    """``path/to/file.py`` imported as a module of its own."""
+    if not os.path.isfile(path):
+        raise TargetError(f"no such file: {path!r}")
+    name = "_stoker_doctor_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"cannot import {path!r} as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _import_module(module_name: str) -> Any:
+    """``module_name`` imported with the current directory importable, as ``python -m`` does."""
+    added = os.getcwd() not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise TargetError(f"cannot import the module {module_name!r}: {exc}") from None
+        raise
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())

@@ -1,0 +1,157 @@
+"""The ``stoker demo`` command: its arguments, and the run from cache to plot."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from stoker.cli._output import PLOT_INSTALL, usage_error
+from stoker.cli.demo.cache import DemoData, build, cache_root
+from stoker.cli.demo.config import DemoConfig
+from stoker.cli.demo.report import Progress, busy_note, result_line, save_plot, table
+from stoker.cli.demo.stages import (
+    Stage,
+    Step,
+    Timing,
+    accelerator,
+    build_stages,
+    close_loader,
+    make_loader,
+    quiet_pinning,
+    time_run,
+)
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "demo",
+        help="reproduce the seeds' staged data-loading speed-up, beside torch.utils.data",
+        description="Build a synthetic JPEG dataset in a cache folder (once), then time a "
+        "simulated training loop in four stages: naive single-process loading; workers with "
+        "pinned memory and persistent workers; packed shards read through mmap; a deeper "
+        "prefetch with a batch-level MixUp collate. Each stage runs with stoker and with "
+        "torch.utils.data (when installed) on the same dataset object.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny images and few batches (a few seconds)"
+    )
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="cache folder (default $STOKER_CACHE/demo or ~/.cache/stoker/demo)",
+    )
+    parser.add_argument(
+        "--plot",
+        default=None,
+        help="where to save the PNG plot (default: demo.png in the cache folder)",
+    )
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=None,
+        help="simulated accelerator time per training step (default 20; 5 with --quick): "
+        "loading gains show only while loading is slower than the step",
+    )
+    parser.add_argument(
+        "--no-torch", action="store_true", help="run stoker only, without the torch reference"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    config = DemoConfig.quick() if args.quick else DemoConfig.full()
+    if args.step_ms is not None:
+        if not args.step_ms >= 0:
+            return usage_error("demo", f"--step-ms must be 0 or more, got {args.step_ms}")
+        config = replace(config, step_ms=args.step_ms)
+    libraries = _libraries(args.no_torch)
+    root = cache_root(args.cache)
+    try:
+        data = build(root, config, lambda text: print(text, flush=True))
+    except ImportError as exc:
+        print(
+            f"stoker demo needs Pillow to write its images: pip install 'stoker[demo]' ({exc})",
+            file=sys.stderr,
+        )
+        return 2
+    device, pin_note = accelerator()
+    stages = build_stages(data, config)
+    _print_header(config, data)
+    results = _time_stages(stages, libraries, config, Step(config.step_ms / 1e3, device))
+    print()
+    print(table(stages, results, libraries))
+    print(
+        "speed-up: against stage 1 of the same library. "
+        "wait: share of the step spent waiting for the batch."
+    )
+    print(pin_note)
+    note = busy_note(results)
+    if note is not None:
+        print(note)
+    plot = args.plot or os.path.join(root, "demo.png")
+    if save_plot(plot, stages, results, libraries, config):
+        print(f"plot: {os.path.abspath(plot)}")
+    else:
+        print(f"plot: skipped, it needs matplotlib: {PLOT_INSTALL}")
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _libraries(no_torch: bool) -> list[str]:
+    """stoker, and torch.utils.data beside it when installed and not refused."""
+    if no_torch:
+        return ["stoker"]
+    try:
+        import torch
+        import torch.utils.data  # noqa: F401
+    except ImportError:
+        print(
+            "torch is not installed: running stoker alone "
+            "(pip install 'stoker[demo]' for the reference)."
+        )
+        return ["stoker"]
+    return ["stoker", "torch"]
+
+
+def _print_header(config: DemoConfig, data: DemoData) -> None:
+    print(
+        f"stoker demo: {config.describe()}, {config.batches} timed steps per run after "
+        f"{config.warmup} warm-up, a simulated {config.step_ms:g} ms of accelerator work per "
+        f"step; {os.cpu_count()} CPUs"
+    )
+    if data.built_s:
+        print(
+            f"  (built the dataset in {data.built_s:.1f} s; "
+            f"later runs reuse {os.path.dirname(data.folder)})"
+        )
+
+
+def _time_stages(
+    stages: list[Stage], libraries: list[str], config: DemoConfig, step: Step
+) -> dict[tuple[int, str], Timing]:
+    """Every stage with every library, a line each as it finishes; timings by (stage, library)."""
+    progress = Progress(len(stages) * len(libraries) * (config.warmup + config.batches))
+    results: dict[tuple[int, str], Timing] = {}
+    try:
+        for stage in stages:
+            for library in libraries:
+                progress.describe(f"stage {stage.number} {library}")
+                with quiet_pinning():
+                    loader = make_loader(library, stage, config)
+                    try:
+                        timing = time_run(loader, config, step, stage.pinned, progress.tick)
+                    finally:
+                        close_loader(loader)
+                        del loader
+                results[(stage.number, library)] = timing
+                progress.say(result_line(stage, library, timing, results.get((1, library))))
+    finally:
+        progress.close()
+    return results

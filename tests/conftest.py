@@ -1,0 +1,25 @@
+"""Every test is followed by the leak check (see ``harness/leaks.py``).
+
+Any test may start workers, through a loader, a command or a framework: none of them,
+their threads, pipes, shared-memory segments or stack files may outlive it.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from harness import leaks
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind() -> Iterator[None]:
+    """Fails the test if it leaves a worker process or thread, a pipe, a segment or a stack file."""
+    before = leaks.baseline()
+    yield
+    gc.collect()  # an iterator the test dropped is shut down by its finalizer
+    problems = leaks.leftovers(before)
+    if problems:
+        pytest.fail("the test left things behind:\n  " + "\n  ".join(problems), pytrace=False)
