@@ -246,6 +246,7 @@ def test_the_first_samples_reach_every_worker_even_when_one_answers_first(tmp_pa
     log = tmp_path / "fetch.log"
     loader = DataLoader(Recording(3, str(log)), batch_size=None, num_workers=3, multiprocessing_context="spawn")
     it = iter(loader)
+    it.start()  # the epoch starts: its first tasks go out, nothing is read
     deadline = time.monotonic() + 60
     while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
         time.sleep(0.01)  # worker 0 is loading sample 0 before the others have started
