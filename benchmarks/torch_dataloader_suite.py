@@ -80,6 +80,14 @@ import sys
 
 
 def _patch():
+    """Swaps the loaders once torch and stoker.torch are both fully imported.
+
+    A spawned worker can import torch *while* it imports stoker.torch (to unpickle the
+    dataset): the patch then waits until stoker.torch has finished.
+    """
+    stoker_torch = sys.modules.get("stoker.torch")
+    if stoker_torch is not None and not hasattr(stoker_torch, "DataLoader"):
+        return  # stoker.torch is being imported: its own hook patches when it is done
     import torch.utils.data
     import torch.utils.data.dataloader
     from stoker.torch import DataLoader
@@ -88,15 +96,27 @@ def _patch():
     torch.utils.data.dataloader.DataLoader = DataLoader
 
 
-class _AfterTorch(importlib.abc.MetaPathFinder):
-    """Lets `import torch` run as usual, then patches, before the importer sees torch."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Lets `import torch` (and `import stoker.torch`) run as usual, then patches."""
+
+    def __init__(self):
+        self.waiting = {"torch", "stoker.torch"}
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name not in self.waiting:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
+        self.waiting.discard(name)
+        if not self.waiting:
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
 
@@ -112,7 +132,7 @@ if os.environ.get("STOKER_SUITE_LOADER") == "stoker":
     if "torch" in sys.modules:
         _patch()
     else:
-        sys.meta_path.insert(0, _AfterTorch())
+        sys.meta_path.insert(0, _AfterImport())
 '''
 
 # A pytest plugin that appends one JSON line per test event, flushed at once, so the
@@ -424,9 +444,12 @@ def make_folder(test_file: Path) -> Path:
 
 def check_replacement(folder: Path) -> None:
     """The stoker run's processes really get stoker's loader (else the comparison is void)."""
-    probe = "import torch.utils.data as d; print(d.DataLoader.__module__, d.dataloader.DataLoader.__module__)"
+    probe = (
+        "import torch.utils.data as d; "
+        "print(*(c.__module__.split('.')[0] + '.' + c.__module__.split('.')[1] for c in (d.DataLoader, d.dataloader.DataLoader)))"
+    )
     for loader, expected in (("stoker", "stoker.torch stoker.torch"),
-                             ("torch", "torch.utils.data.dataloader torch.utils.data.dataloader")):
+                             ("torch", "torch.utils torch.utils")):
         done = subprocess.run(
             [sys.executable, "-c", probe], env=suite_env(folder, loader), capture_output=True, text=True, timeout=300
         )

@@ -314,3 +314,32 @@ def test_skipping_bad_samples_of_a_stream_is_refused_with_where_to_do_it(num_wor
         "IterableDataset, whose samples have no index to skip. Handle bad records inside the stream: "
         "stoker's stream readers (TextLines, JsonLines, TarShards) take on_error='skip' themselves."
     )
+
+
+class RepeatedStream(IterableDataset):
+    """Has a length, and yields all of itself in every worker (it never shards)."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __iter__(self):
+        return iter(range(6))
+
+    def __repr__(self) -> str:
+        return "RepeatedStream()"
+
+
+def test_a_stream_with_a_length_that_workers_duplicate_is_named_at_the_end_of_the_epoch() -> None:
+    """Nobody asked len(): the epoch runs silent (as torch's does), and its end says what happened."""
+    loader = DataLoader(RepeatedStream(), batch_size=2, num_workers=2)
+    it = iter(loader)
+    batches = [next(it) for _ in range(6)]  # no warning yet (warnings are errors here)
+    with pytest.warns(UserWarning) as caught:
+        with pytest.raises(StopIteration):
+            next(it)
+    assert sorted(int(v) for b in batches for v in b) == sorted(list(range(6)) * 2)
+    assert str(caught[0].message) == (
+        "IterableDataset RepeatedStream() has 6 samples (3 batches), but its 2 workers delivered 6 batches "
+        "this epoch: each worker iterates all of it unless its __iter__ shards it by worker (stoker.sharding "
+        "splits files, then records, by rank and worker)."
+    )

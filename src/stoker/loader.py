@@ -557,7 +557,7 @@ class _EpochIterator:
     first ``next()`` leaves the loader untouched.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_inner", "_length", "_loader", "_yielded")
+    __slots__ = ("__weakref__", "_closed", "_inner", "_length", "_loader", "_processes", "_yielded")
 
     def __init__(self, loader: DataLoader[Any]) -> None:
         self._loader = loader
@@ -565,6 +565,7 @@ class _EpochIterator:
         self._closed = False
         self._yielded = 0
         self._length = loader._length_reported
+        self._processes: list[Any] | None = None
 
     def __iter__(self) -> _EpochIterator:
         return self
@@ -575,14 +576,44 @@ class _EpochIterator:
             if self._closed:
                 raise StopIteration
             inner = self._inner = self._loader._begin_epoch()
-        batch = next(inner)
+        try:
+            batch = next(inner)
+        except StopIteration:
+            self._check_length_at_end()
+            raise
         self._yielded += 1
         if self._length is not None and self._yielded > self._length:
             _warn_longer_than_len(self._loader, self._length, self._yielded)
         return batch
 
+    def _check_length_at_end(self) -> None:
+        """An IterableDataset with a length, read by several workers, that yielded more than
+        its length said: its workers duplicated it (said at the end, when nobody asked len())."""
+        loader = self._loader
+        if self._length is not None or not loader._iterable or loader.num_workers < 2:
+            return
+        try:
+            length = len(loader)
+        except TypeError:
+            return
+        if self._yielded > length:
+            _warn_longer_than_len(loader, length, self._yielded, asked=False)
+
     def __len__(self) -> int:
         return len(self._loader)
+
+    @property
+    def _workers(self) -> list[Any]:
+        """torch's name for its iterator's worker processes (``multiprocessing.Process``).
+
+        Code written for torch's loader reads it right after ``iter()``, when torch's
+        workers have started; reading it starts this epoch's workers too.
+        """
+        if self._processes is None:
+            self.start()
+            pool = getattr(self._inner, "_pool", None)
+            self._processes = pool.processes() if pool is not None else []
+        return self._processes
 
     def start(self) -> None:
         """Starts the epoch now, in the calling thread, without loading a batch.
@@ -676,27 +707,39 @@ class _SingleProcessIterator:
         return len(self._loader)
 
 
-def _warn_longer_than_len(loader: DataLoader[Any], length: int, fetched: int) -> None:
-    """torch's warning: an IterableDataset loader yields more than ``len(loader)`` said."""
+def _warn_longer_than_len(loader: DataLoader[Any], length: int, fetched: int, *, asked: bool = True) -> None:
+    """torch's warning: an IterableDataset loader yields more than ``len(loader)`` said.
+
+    ``asked=False``: nobody asked ``len()``; the epoch just ended with more batches than it.
+    """
     dataset = loader.dataset
-    if loader.batch_size in (None, 1):
+    shard = (
+        "each worker iterates all of it unless its __iter__ shards it by worker (stoker.sharding "
+        "splits files, then records, by rank and worker)."
+    )
+    if not asked:
         msg = (
-            f"Length of IterableDataset {dataset} was reported to be {length} (when accessing "
-            f"len(dataloader)), but {fetched} samples have been fetched. "
+            f"IterableDataset {dataset} has {len(dataset)} samples ({length} batches), but its "
+            f"{loader.num_workers} workers delivered {fetched} batches this epoch: {shard}"
         )
     else:
-        msg = (
-            f"len(dataloader) of IterableDataset {dataset} was reported to be {length} batches, but "
-            f"{fetched} batches have been fetched. "
-        )
-    if loader.num_workers > 0:
-        msg += (
-            "For multiprocessing data-loading, this could be caused by not properly configuring the "
-            "IterableDataset replica at each worker: each worker iterates all of it unless __iter__ "
-            "shards it by worker (stoker.sharding splits files, then records, by rank and worker)."
-        )
-    else:
-        msg += "The dataset's __len__ does not match what its __iter__ yields."
+        if loader.batch_size in (None, 1):
+            msg = (
+                f"Length of IterableDataset {dataset} was reported to be {length} (when accessing "
+                f"len(dataloader)), but {fetched} samples have been fetched. "
+            )
+        else:
+            msg = (
+                f"len(dataloader) of IterableDataset {dataset} was reported to be {length} batches, "
+                f"but {fetched} batches have been fetched. "
+            )
+        if loader.num_workers > 0:
+            msg += (
+                "For multiprocessing data-loading, this could be caused by not properly configuring "
+                f"the IterableDataset replica at each worker: {shard}"
+            )
+        else:
+            msg += "The dataset's __len__ does not match what its __iter__ yields."
     warnings.warn(msg, UserWarning, stacklevel=3)
 
 

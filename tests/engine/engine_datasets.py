@@ -514,3 +514,43 @@ class WorkersMeet(SharedCounter):
             raise TimeoutError(f"sample {i}: the other workers never arrived (one worker holds two samples)")
         self.arrived.release()
         return worker_id()
+
+
+# ------------------------------------------------------------------ failures outside the fetch
+
+
+class Unpicklable:
+    """A collate result that pickle refuses (it holds a lock)."""
+
+    def __init__(self, indices: list[int]) -> None:
+        self.indices = indices
+        self.lock = threading.Lock()
+
+
+def collate_unpicklable_at(bad: int):
+    """A collate_fn (module-level, so spawn can send it) whose batch holding ``bad`` cannot travel."""
+    return _CollateUnpicklable(bad)
+
+
+class _CollateUnpicklable:
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def __call__(self, samples: list) -> object:
+        indices = [s[0] for s in samples]
+        return Unpicklable(indices) if self.bad in indices else indices
+
+
+class BreaksWhenUnpickled(Samples):
+    """Pickles fine, fails to unpickle: a spawned worker cannot even start."""
+
+    def __reduce__(self):
+        return (_refuse_to_unpickle, (self.n,))
+
+
+class NeedsAModuleItCannotFind(Exception):
+    pass
+
+
+def _refuse_to_unpickle(n: int) -> Samples:
+    raise NeedsAModuleItCannotFind(f"this dataset of {n} samples cannot be rebuilt in a worker")

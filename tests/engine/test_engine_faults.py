@@ -14,13 +14,16 @@ import pytest
 
 from engine.engine_datasets import (
     BlocksFrom,
+    BreaksWhenUnpickled,
     Exits,
     Hangs,
     InitFailed,
+    NeedsAModuleItCannotFind,
     Raises,
     RaisesUnpicklable,
     SampleBroken,
     Samples,
+    collate_unpicklable_at,
     failing_init,
 )
 from stoker import DataLoader, WorkerError
@@ -242,3 +245,34 @@ def test_persistent_loader_survives_a_worker_killed_between_epochs(policy: str) 
         assert victim not in {int(p) for b in batches for p in b[1]}
     assert [b[0].tolist() for b in batches] == [[i, i + 1] for i in range(0, 20, 2)]
     loader.close()
+
+
+# ------------------------------------------------------------- failures outside the fetch
+
+
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_a_batch_that_cannot_be_pickled_is_that_batchs_error_not_a_dead_worker(policy: str) -> None:
+    """The worker encodes its answer outside the dataset's guarded region; a batch pickle
+    refuses used to kill the worker (four of them, with restart) and blame os._exit."""
+    loader = DataLoader(
+        Samples(12), batch_size=2, num_workers=2, collate_fn=collate_unpicklable_at(5), on_worker_death=policy
+    )
+    it = iter(loader)
+    got = [next(it) for _ in range(2)]
+    with pytest.raises(TypeError) as excinfo:
+        next(it)
+    assert str(excinfo.value) == "cannot pickle '_thread.lock' object"
+    assert "stoker could not send this batch to the trainer: a process worker pickles what collate_fn returns" in notes(excinfo.value)
+    assert "while loading indices [4, 5]" in notes(excinfo.value)
+    rest = list(it)  # the workers are alive: the epoch goes on
+    assert got + rest == [[0, 1], [2, 3], [6, 7], [8, 9], [10, 11]]
+
+
+def test_a_worker_that_cannot_start_says_why() -> None:
+    loader = DataLoader(BreaksWhenUnpickled(8), batch_size=2, num_workers=2, multiprocessing_context="spawn")
+    with pytest.raises(NeedsAModuleItCannotFind) as excinfo:
+        next(iter(loader))
+    assert str(excinfo.value) == "this dataset of 8 samples cannot be rebuilt in a worker"
+    text = notes(excinfo.value)
+    assert "while the worker was starting (receiving the dataset, collate_fn and worker_init_fn)" in text
+    assert "os._exit" not in text

@@ -238,3 +238,18 @@ def test_an_iterdatapipe_refuses_thread_workers_that_would_share_one_graph() -> 
         "an IterDataPipe graph is sharded per worker, and thread workers share one graph: "
         "use worker_mode='process' (the default) or num_workers=1"
     )
+
+
+def test_the_iterators_workers_are_visible_as_torch_shows_them() -> None:
+    """Code written for torch's loader reads ``iterator._workers`` (Process objects) right
+    after iter(); stoker's iterator shows its worker processes there, started on demand."""
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2)
+    it = iter(loader)
+    workers = it._workers
+    assert [type(w).__name__ for w in workers] == ["ForkProcess", "ForkProcess"]
+    assert all(w.is_alive() for w in workers) and {w.pid for w in workers} <= set(descendants(os.getpid()))
+    assert flat(it) == [i * i for i in range(23)]
+    for w in workers:
+        w.join(10)
+        assert not w.is_alive() and w.exitcode == 0
+    assert iter(DataLoader(Squares()))._workers == []

@@ -385,6 +385,8 @@ class MultiWorkerIterator:
         pool = self._pool
         if pool.num_workers < 2 or getattr(pool, "warned_unsharded", False):
             return
+        if _has_len(self._loader.dataset):
+            return  # a stream with a length is checked against it instead (loader._EpochIterator)
         pool.warned_unsharded = True  # type: ignore[attr-defined]
         name = type(self._loader.dataset).__name__
         msg = (
@@ -505,6 +507,14 @@ class MultiWorkerIterator:
             self._finalizer()
         self._ready.clear()
         self._sources_done = True
+
+
+def _has_len(dataset: Any) -> bool:
+    try:
+        len(dataset)
+    except Exception:
+        return False
+    return True
 
 
 def _rebuild(message: Failed, where: str, pid: int | None) -> BaseException:

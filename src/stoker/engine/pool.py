@@ -321,6 +321,10 @@ class WorkerPool:
             "or use multiprocessing_context='fork'",
         )
 
+    def processes(self) -> list[Any]:
+        """The ``multiprocessing.Process`` of each process worker, in worker order."""
+        return [w.process for w in self._workers if isinstance(w, _ProcessWorker)]
+
     def add_worker(self) -> int:
         """Starts one more worker (autotuning); returns its id."""
         worker_id = self.num_workers
@@ -511,8 +515,8 @@ class WorkerPool:
                     process.join()
                 with contextlib.suppress(OSError):
                     worker.results.close()
-                with contextlib.suppress(ValueError):
-                    process.close()
+                # not process.close(): code that kept the Process (torch's `iterator._workers`)
+                # still reads its pid and exit code; its last fd closes when it is collected
         finally:
             if self.slots is not None:
                 self.slots.close()

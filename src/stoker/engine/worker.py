@@ -45,7 +45,16 @@ from stoker._worker_info import WorkerInfo, WorkerRNG, _consulted, _set_worker_i
 from stoker.collate import collate_into
 from stoker.engine import shm, transport
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
-from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task, WorkerSpec
+from stoker.engine.messages import (
+    Done,
+    Exhausted,
+    Failed,
+    Ready,
+    StartEpoch,
+    Task,
+    WorkerSpec,
+    add_note,
+)
 
 __all__ = ["THREAD_ENV_VARS", "cap_threads", "process_worker_main", "run_worker"]
 
@@ -198,8 +207,10 @@ def run_worker(
             fetcher = None
             continue
         task: Task = message
-        allocator = attach(task.slot) if (attach is not None and task.slot is not None) else None
+        allocator = None
         try:
+            if attach is not None and task.slot is not None:
+                allocator = attach(task.slot)
             if fetcher is None:
                 fetcher = (
                     IterableFetcher(
@@ -233,7 +244,15 @@ def run_worker(
         else:
             done = Done(task.task_id, epoch, worker_id, batch, used, overflow, shards, idle_s=idle)
         idle = 0.0
-        send(done, allocator)
+        try:
+            send(done, allocator)
+        except Exception as exc:  # the answer cannot be encoded: that batch's error, not the worker's end
+            add_note(
+                exc,
+                "stoker could not send this batch to the trainer: a process worker pickles what "
+                "collate_fn returns (its numpy arrays and tensors travel through shared memory)",
+            )
+            send(failure(task.task_id, epoch, worker_id, exc), None)
 
 
 class _Sender:
@@ -328,13 +347,21 @@ def process_worker_main(
 
     if trainer_gone():
         return
-    if spec is None:
-        spec, _ = transport.decode(task_conn.recv_bytes(), _no_slots)
-    if spec.threads is not None:
-        cap_threads(spec.threads)
-    stack = open(stack_file, "w") if stack_file else None  # noqa: SIM115
-    if stack is not None:  # the trainer asks for our stack with SIGUSR1 when we hang
-        faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    try:
+        if spec is None:
+            spec, _ = transport.decode(task_conn.recv_bytes(), _no_slots)
+        if spec.threads is not None:
+            cap_threads(spec.threads)
+        stack = open(stack_file, "w") if stack_file else None  # noqa: SIM115
+        if stack is not None:  # the trainer asks for our stack with SIGUSR1 when we hang
+            faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    except BaseException as exc:  # the trainer hears why, instead of guessing from an exit status
+        if trainer_gone():
+            return
+        add_note(exc, "while the worker was starting (receiving the dataset, collate_fn and worker_init_fn)")
+        with contextlib.suppress(Exception):
+            result_conn.send_bytes(transport.encode(failure(-1, -1, worker_id, exc), None))
+        return
     mappings: dict[int, tuple[str, Any]] = {}  # slot index -> (segment name, mmap)
     allocators: dict[int, shm.SlotAllocator] = {}
     sender = _Sender(result_conn)

@@ -1,15 +1,16 @@
 """torch ``IterDataPipe`` graphs on stoker's engine, handled as torch's loader handles them.
 
 * ``shuffle=`` switches the graph's shufflers on or off (torch's ``apply_shuffle_settings``).
-* Every epoch seeds the graph's random datapipes from one shared seed, so all workers
-  (and all ranks, where ``torch.distributed`` is initialised) shuffle alike before
-  ``sharding_filter()`` splits the stream; different epochs shuffle differently.
+* Every epoch seeds the graph's random datapipes from one shared seed, drawn when the
+  epoch starts from the loader's ``generator`` (torch's global one for ``None``) and
+  broadcast from rank 0 where ``torch.distributed`` is initialised, as torch's loader
+  draws it: all workers and ranks shuffle alike before ``sharding_filter()`` splits the
+  stream, different epochs differ, and ``torch.manual_seed(s)`` before an epoch repeats it.
 * ``sharding_filter()`` is applied per rank, and per rank and worker inside workers, with
   torch's own ``_sharding_worker_init_fn``, so each element arrives once.
 
-The seed of epoch ``e`` is derived from one base seed, drawn (and broadcast from rank 0)
-when the first epoch starts, so workers that live across epochs reseed themselves from
-the epoch number alone.
+The shared seed is the epoch's seed of the loader, so workers (persistent ones too) learn
+it from the epoch's start message: it is their ``get_worker_info().seed`` minus their id.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch.utils.data import IterDataPipe, graph_settings
 from torch.utils.data.dataloader import _get_distributed_settings, _sharding_worker_init_fn
 from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
 
-from stoker._seeding import epoch_rng
+from stoker._worker_info import get_worker_info
 
 __all__ = ["SeededDataPipe", "is_datapipe", "prepare", "worker_init"]
 
@@ -38,21 +39,14 @@ class SeededDataPipe(_IterDataPipeSerializationWrapper):
 
     def __init__(self, datapipe: IterDataPipe) -> None:
         super().__init__(datapipe)
-        self.base_seed: int | None = None
+        self.epoch_seed: int | None = None  # the main process's: set by the loader each epoch
 
     def set_epoch(self, epoch: int) -> None:
-        if self.base_seed is None:
-            raise AssertionError("the datapipe's base seed is drawn before its first epoch")
-        seed = int(epoch_rng(self.base_seed, epoch).integers(0, 2**62))
+        info = get_worker_info()
+        seed = info.seed - info.id if info is not None else self.epoch_seed
+        if seed is None:
+            raise AssertionError("the loader sets the datapipe's epoch seed before the epoch starts")
         graph_settings.apply_random_seed(self._datapipe, torch.Generator().manual_seed(seed))
-
-    def __getstate__(self) -> Any:
-        return (super().__getstate__(), self.base_seed)
-
-    def __setstate__(self, state: Any) -> None:
-        wrapped, self.base_seed = state
-        super().__setstate__(wrapped)
-        self._datapipe_iter = None
 
 
 def prepare(datapipe: IterDataPipe, shuffle: bool | None) -> SeededDataPipe:
@@ -62,7 +56,7 @@ def prepare(datapipe: IterDataPipe, shuffle: bool | None) -> SeededDataPipe:
     return SeededDataPipe(datapipe)
 
 
-def draw_base_seed(generator: Any) -> int:
+def draw_epoch_seed(generator: Any) -> int:
     """One seed from ``generator`` (torch's global one for None), rank 0's on every rank."""
     seed = torch.empty((), dtype=torch.int64).random_(generator=generator)
     if dist.is_available() and dist.is_initialized():

@@ -198,11 +198,16 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
     def _begin_epoch(self) -> Iterator[Any]:
         dataset = self.dataset
         if isinstance(dataset, _datapipes.SeededDataPipe):
-            if dataset.base_seed is None:
-                dataset.base_seed = _datapipes.draw_base_seed(self.generator)
+            # torch draws the graph's shared seed at every epoch; it becomes the epoch's seed,
+            # which the workers receive with the epoch
+            dataset.epoch_seed = self._datapipe_seed = _datapipes.draw_epoch_seed(self.generator)
             if self.num_workers == 0:
                 _datapipes.shard_in_process(dataset)
         return super()._begin_epoch()
+
+    def _epoch_seed(self, epoch: int, *, draw: bool) -> int:
+        seed = self.__dict__.pop("_datapipe_seed", None)
+        return seed if seed is not None else super()._epoch_seed(epoch, draw=draw)
 
     def _pool_worker_init_fn(self) -> Callable[[int], None] | None:
         if isinstance(self.dataset, _datapipes.SeededDataPipe):
@@ -217,10 +222,11 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
     def _iterator(self) -> Any:
         """torch keeps persistent workers' iterator here; setting it to ``None`` stops them.
 
-        Lightning resets loaders this way when a fit, validation or prediction ends.
+        Lightning resets loaders this way when a fit, validation or prediction ends, and
+        code written for torch calls ``loader._iterator._shutdown_workers()``: both work.
         """
         pool = self._pool
-        return pool if pool is not None and self.persistent_workers else None
+        return _PersistentWorkers(self) if pool is not None and self.persistent_workers else None
 
     @_iterator.setter
     def _iterator(self, value: Any) -> None:
@@ -292,6 +298,18 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         """Stops the pinning thread and persistent workers; safe to call twice."""
         self._stop_pinning()
         super().close()
+
+
+class _PersistentWorkers:
+    """What ``loader._iterator`` is while persistent workers run (torch's handle on them)."""
+
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self._loader = loader
+
+    def _shutdown_workers(self) -> None:
+        self._loader.close()
 
 
 _OPTION_DEFAULTS = {
