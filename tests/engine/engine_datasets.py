@@ -554,3 +554,21 @@ class NeedsAModuleItCannotFind(Exception):
 
 def _refuse_to_unpickle(n: int) -> Samples:
     raise NeedsAModuleItCannotFind(f"this dataset of {n} samples cannot be rebuilt in a worker")
+
+
+class MappedPages:
+    """Sample i is the first byte of page i of a file mapped (lazily, per worker) with mmap."""
+
+    def __init__(self, path: str, pages: int) -> None:
+        self.path, self.pages, self._map = path, pages, None
+
+    def __len__(self) -> int:
+        return self.pages
+
+    def __getitem__(self, i: int) -> int:
+        if self._map is None:
+            import mmap
+
+            with open(self.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._map[i * 4096]

@@ -276,3 +276,21 @@ def test_a_worker_that_cannot_start_says_why() -> None:
     text = notes(excinfo.value)
     assert "while the worker was starting (receiving the dataset, collate_fn and worker_init_fn)" in text
     assert "os._exit" not in text
+
+
+def test_a_worker_killed_by_sigbus_hears_both_causes(tmp_path) -> None:
+    """A mapped file that shrinks under a worker kills it with SIGBUS, like a full /dev/shm."""
+    from engine.engine_datasets import MappedPages
+
+    path = tmp_path / "pages.bin"
+    path.write_bytes(bytes(range(1, 9)) * 4096)  # 32 KiB: 8 pages, each starting with 1
+    loader = DataLoader(MappedPages(str(path), 8), batch_size=1, num_workers=1, prefetch_factor=1)
+    it = iter(loader)
+    assert next(it).tolist() == [1]  # the worker has mapped the file
+    with open(path, "r+b") as f:
+        f.truncate(0)  # the file shrinks while it is mapped
+    with pytest.raises(WorkerError) as excinfo:
+        list(it)
+    text = str(excinfo.value)
+    assert "was killed by SIGBUS (a bus error: a memory-mapped file was read past its end. Either /dev/shm is full" in text
+    assert "or a file the dataset maps (a packed shard, an .npy opened with mmap_mode) shrank or was rewritten" in text

@@ -92,7 +92,11 @@ class Death:
             elif signum == signal.SIGSEGV:
                 cause += " (a segmentation fault in native code: a C extension used by the dataset?)"
             elif signum == signal.SIGBUS:
-                cause += " (a bus error: usually /dev/shm is full; give the container more --shm-size)"
+                cause += (
+                    " (a bus error: a memory-mapped file was read past its end. Either /dev/shm is "
+                    "full (give the container more --shm-size), or a file the dataset maps (a packed "
+                    "shard, an .npy opened with mmap_mode) shrank or was rewritten while it was read)"
+                )
         elif self.exitcode is None:
             cause = "stopped unexpectedly"
         else:
