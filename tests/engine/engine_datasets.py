@@ -572,3 +572,22 @@ class MappedPages:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return self._map[i * 4096]
+
+
+class CollectsGarbage:
+    """Runs the garbage collector in the worker before each sample, and logs to ``log`` every
+    exception a finalizer raised during it (test runners swallow those in children)."""
+
+    def __init__(self, n: int, log: str) -> None:
+        self.n, self.log = n, log
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        import gc
+        import sys
+
+        sys.unraisablehook = lambda u: append_line(self.log, f"{type(u.exc_value).__name__}: {u.exc_value}")
+        gc.collect()
+        return i

@@ -10,7 +10,15 @@ import threading
 import numpy as np
 import pytest
 
-from engine.engine_datasets import Recording, Samples, ShardedStream, record_init
+from engine.engine_datasets import (
+    CollectsGarbage,
+    Raises,
+    Recording,
+    SampleBroken,
+    Samples,
+    ShardedStream,
+    record_init,
+)
 from harness import leaks as engine_harness
 from stoker import DataLoader
 
@@ -277,3 +285,28 @@ def test_a_new_epoch_supersedes_the_previous_iterator_of_persistent_workers() ->
         next(old)
     assert [b[0].tolist() for b in new] == [[i, i + 1] for i in range(2, 20, 2)]
     loader.close()
+
+
+def test_a_pool_is_never_shut_down_from_a_process_forked_after_it(tmp_path) -> None:
+    """A fork copies garbage the trainer has not collected yet: a failed iterator kept in a
+    cycle by its traceback. When a new worker's garbage collector frees it, its finalizer
+    runs in that worker and used to shut the old pool down from there (joining processes
+    that are not its children, unlinking the trainer's segments)."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        failing = DataLoader(Raises(20, bad=3), batch_size=2, num_workers=2)
+        try:
+            list(failing)
+        except SampleBroken as exc:
+            exc.keep = exc  # a cycle through the traceback keeps the iterator until a collection
+        del failing
+        log = tmp_path / "finalizers.log"
+        collector = DataLoader(CollectsGarbage(4, str(log)), batch_size=2, num_workers=1)
+        assert [b.tolist() for b in collector] == [[0, 1], [2, 3]]
+    finally:
+        gc.enable()
+        gc.collect()  # the trainer runs the old pool's finalizer itself, once
+    assert not log.exists(), log.read_text()

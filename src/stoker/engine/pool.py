@@ -7,7 +7,9 @@ NOTE [ Shutdown ]: the one procedure that stops a pool, whoever calls it
 KeyboardInterrupt escapes ``__next__`` (the iterator is then garbage collected), when the
 loader or iterator is garbage collected, and at interpreter exit (``weakref.finalize``
 runs at exit). It is idempotent, and its state only moves forward
-(``RUNNING -> CLOSING -> CLOSED``):
+(``RUNNING -> CLOSING -> CLOSED``). Only the process that created the pool runs it: a
+forked child (another pool's worker) that frees an inherited copy of an iterator marks its
+copy closed and touches nothing of the trainer's.
 
 1. every live worker is sent ``None`` (stop after the current batch) and its task pipe
    is closed, so a worker blocked on reading also wakes up and leaves;
@@ -141,6 +143,7 @@ class WorkerPool:
         self.mode = mode
         self.context = context or multiprocessing.get_context()
         self.state = PoolState.RUNNING
+        self._owner_pid = os.getpid()  # only this process may shut the pool down
         self.slots: shm.SlotPool | None = None
         self.pids: dict[int, int] = {}
         self._workers: list[Any] = [None] * num_workers
@@ -488,6 +491,11 @@ class WorkerPool:
     def shutdown(self) -> None:
         """Stops every worker and frees every resource; see NOTE [ Shutdown ]."""
         if self.state is not PoolState.RUNNING:
+            return
+        if os.getpid() != self._owner_pid:
+            # a forked copy (a worker of another pool collected garbage it inherited): the
+            # pool, its workers and its segments belong to the trainer; leave them alone
+            self.state = PoolState.CLOSED
             return
         self.state = PoolState.CLOSING
         self._close_selector()
