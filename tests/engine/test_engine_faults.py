@@ -294,3 +294,140 @@ def test_a_worker_killed_by_sigbus_hears_both_causes(tmp_path) -> None:
     text = str(excinfo.value)
     assert "was killed by SIGBUS (a bus error: a memory-mapped file was read past its end. Either /dev/shm is full" in text
     assert "or a file the dataset maps (a packed shard, an .npy opened with mmap_mode) shrank or was rewritten" in text
+
+
+_OUT_OF_FDS = r"""
+import os, resource, sys
+sys.path.insert(0, sys.argv[1])
+from engine.engine_datasets import Samples
+from stoker import DataLoader
+
+loader = DataLoader(Samples(12, width=8192), batch_size=4, num_workers=1, prefetch_factor=1, timeout=30)
+it = iter(loader)
+it.start()  # the worker runs; its first 256 KiB batch will come through a one-off segment
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+fds = len(os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (fds, hard))  # no fd left to map it
+try:
+    next(it)
+except OSError as exc:
+    print("raised", type(exc).__name__, exc.errno, "|".join(getattr(exc, "__notes__", [])))
+finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+rest = [b[0].tolist() for b in it]
+print("rest", rest)
+"""
+
+
+def test_a_batch_the_trainer_cannot_map_is_that_batchs_error_not_a_hang(tmp_path) -> None:
+    """Out of file descriptors while a batch arrives: the batch's own error, at once, and the
+    epoch goes on; the message used to be dropped, and next() waited forever."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_FDS, tests], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    raised, rest = done.stdout.splitlines()[-2:]
+    assert raised.startswith("raised OSError 24 ")  # EMFILE
+    assert (
+        "Raised in the trainer while it received the batch at indices [0, 1, 2, 3] from worker 0: the "
+        "batch's shared memory could not be mapped. The worker and the rest of the epoch are unaffected."
+    ) in raised
+    assert rest == "rest [[4, 5, 6, 7], [8, 9, 10, 11]]"
+
+
+_SLOTS_RUN_OUT = r"""
+import os, resource, sys, warnings
+sys.path.insert(0, sys.argv[1])
+from engine.engine_datasets import Samples
+from stoker import DataLoader
+
+warnings.simplefilter("always")
+loader = DataLoader(Samples(16, width=8192), batch_size=4, num_workers=1, prefetch_factor=1, timeout=30)
+it = iter(loader)
+batches = [next(it)]  # the slot pool exists now, with one slot
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))
+try:
+    batches.append(next(it))  # dispatching the next task needs a new slot: none can be made
+finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+batches.extend(it)
+print("got", [b[0].tolist() for b in batches])
+"""
+
+
+def test_a_slot_that_cannot_be_made_mid_epoch_loses_nothing(tmp_path) -> None:
+    """Making a slot failed inside next() after the sampler's indices were drawn: the
+    indices were lost, and an already loaded batch could be dropped. Now the task goes out
+    without a slot, the pool stays as it is, and one warning says so."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", _SLOTS_RUN_OUT, tests], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "got [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]"
+    assert done.stderr.count("stoker could not create another shared-memory slot for batches") == 1
+    assert "[Errno 24] Too many open files" in done.stderr
+    assert "Nothing is lost." in done.stderr
+
+
+_SHM_FILLS_UP = r"""
+import os, sys, warnings
+sys.path.insert(0, sys.argv[1])
+from engine.engine_datasets import Samples
+from stoker import DataLoader
+
+warnings.simplefilter("always")
+loader = DataLoader(Samples(24, width=32768), batch_size=4, num_workers=2, timeout=60)  # 1 MiB batches
+it = iter(loader)
+batches = [next(it)]
+fd = os.open("/dev/shm/filler", os.O_CREAT | os.O_WRONLY)
+size = 0
+while True:  # fill /dev/shm to its last page
+    try:
+        os.posix_fallocate(fd, size, 4096)
+    except OSError:
+        break
+    size += 4096
+os.close(fd)
+batches.extend(it)
+print("got", [i for b in batches for i in b[0].tolist()])
+"""
+
+
+def test_dev_shm_filling_up_mid_epoch_loses_no_sample(tmp_path) -> None:
+    """A real, private /dev/shm of 16 MiB (a tmpfs in a mount namespace of its own, so no
+    other process is touched), filled to the last page after the first batch."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs util-linux's unshare to give the test a /dev/shm of its own")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a mount namespace here ({probe.stderr.strip()}): needs root or CAP_SYS_ADMIN")
+    tests = str(Path(__file__).resolve().parents[1])
+    script = tmp_path / "fill.py"
+    script.write_text(_SHM_FILLS_UP)
+    command = (
+        "mount -t tmpfs -o size=16M tmpfs /dev/shm && "
+        f"{sys.executable} {script} {tests}"
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", command],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == f"got {list(range(24))}"
+    assert done.stderr.count("stoker could not create another shared-memory slot for batches") <= 1

@@ -26,7 +26,16 @@ import numpy as np
 from stoker._errors import ShmError, WorkerError
 from stoker._progress import Progress
 from stoker.engine import shm, transport
-from stoker.engine.messages import Done, Exhausted, Failed, Ready, StartEpoch, Task, add_note
+from stoker.engine.messages import (
+    Done,
+    Exhausted,
+    Failed,
+    Ready,
+    StartEpoch,
+    Task,
+    Undelivered,
+    add_note,
+)
 from stoker.engine.pool import Death, PoolState, WorkerPool
 from stoker.profiling.memory import GrowthWatch
 
@@ -57,6 +66,7 @@ class Ledger:
     next_task: int = 0
     generation: int = 0
     shm_disabled: bool = False
+    slot_warning_given: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +247,8 @@ class MultiWorkerIterator:
             if pool.slots is not None:
                 recent = self._recent_slots[worker_id]
                 slot = pool.slots.acquire(tuple(reversed(recent)))
+                if pool.slots.creation_error is not None:
+                    self._warn_slot_creation(pool.slots.creation_error)
                 if slot is not None:
                     if slot.index in recent:
                         recent.remove(slot.index)
@@ -344,6 +356,17 @@ class MultiWorkerIterator:
                     "while iterating its copy of the IterableDataset"
                 )
                 self._ready[message.task_id] = _Raise(_rebuild(message, where, self._pool.pid(worker_id)))
+        elif isinstance(message, Undelivered):
+            if not stale:
+                what = f"the batch at indices {_summary(pending.indices)}" if not self._iterable else "a batch"
+                error = message.error
+                add_note(
+                    error,
+                    f"Raised in the trainer while it received {what} from worker {worker_id}: the "
+                    "batch's shared memory could not be mapped. The worker and the rest of the epoch "
+                    "are unaffected.",
+                )
+                self._ready[message.task_id] = _Raise(error)
         else:
             raise AssertionError(f"unexpected message from worker {worker_id}: {message!r}")
 
@@ -380,6 +403,20 @@ class MultiWorkerIterator:
         if size:
             wanted = min(wanted, max(2, self._memory_budget // size))
         return wanted
+
+    def _warn_slot_creation(self, error: OSError) -> None:
+        """Says once that the slot pool stopped growing, and why; loading goes on without it."""
+        ledger = self._ledger
+        if ledger.slot_warning_given:
+            return
+        ledger.slot_warning_given = True
+        warnings.warn(
+            f"stoker could not create another shared-memory slot for batches ({error}); the "
+            f"{len(self._pool.slots.names)} it has keep serving, and the batches they cannot hold "
+            "travel through pipes and one-off segments, which is slower. Nothing is lost.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
     def _warn_unsharded(self) -> None:
         pool = self._pool

@@ -13,7 +13,8 @@ from typing import Any
 
 from stoker.engine.shm import SlotRef
 
-__all__ = ["Done", "Exhausted", "Failed", "Ready", "StartEpoch", "Task", "WorkerSpec", "add_note"]
+__all__ = [
+    "Undelivered","Done", "Exhausted", "Failed", "Ready", "StartEpoch", "Task", "WorkerSpec", "add_note"]
 
 
 def add_note(error: BaseException, note: str) -> None:
@@ -131,3 +132,17 @@ class Failed:
     traceback: str
 
     __reduce__ = _reduce
+
+
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """Trainer side only: a worker's answer for ``task_id`` arrived but could not be read.
+
+    Its arrays could not be mapped (out of file descriptors, a segment gone): that batch's
+    error, raised where the batch would have been, not a dead worker.
+    """
+
+    task_id: int
+    epoch: int
+    worker_id: int
+    error: BaseException

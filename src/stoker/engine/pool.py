@@ -52,7 +52,7 @@ from typing import Any
 
 from stoker import randomness
 from stoker.engine import shm, transport
-from stoker.engine.messages import WorkerSpec, add_note
+from stoker.engine.messages import Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
 
 __all__ = ["Death", "PoolState", "WorkerPool"]
@@ -426,15 +426,24 @@ class WorkerPool:
     def _drain(self, worker_id: int) -> Iterator[tuple[int, Any, set[int]]]:
         reader = self._workers[worker_id].results
         lease = self.slots.lease if self.slots is not None else _no_slots
-        try:
-            while reader.poll(0):
+        while True:
+            try:  # only a failed receive means the worker is gone
+                if not reader.poll(0):
+                    return
                 payload = reader.recv_bytes()
-                began = time.perf_counter()
+            except (EOFError, OSError):
+                return
+            began = time.perf_counter()
+            try:
                 message, leased = transport.decode(payload, lease)
+            except transport.UnreadableAnswer as exc:  # that batch's error, not the worker's end
+                answer = exc.message
+                error = exc.__cause__ or exc
+                yield worker_id, Undelivered(answer.task_id, answer.epoch, worker_id, error), exc.leased
+                continue
+            finally:
                 self.transport_s += time.perf_counter() - began
-                yield worker_id, message, leased
-        except (EOFError, OSError):
-            return
+            yield worker_id, message, leased
 
     def _poll_threads(self, timeout: float) -> list[tuple[int, Any, set[int]]]:
         try:

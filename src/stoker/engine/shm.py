@@ -374,6 +374,7 @@ class SlotPool:
         self._slots: list[_Slot] = []
         self._free: list[int] = []
         self._closed = False
+        self.creation_error: OSError | None = None  # why the last new slot could not be made
 
     def _new_slot(self, index: int, size: int) -> _Slot:
         self._serial += 1
@@ -415,7 +416,11 @@ class SlotPool:
         if not self._free:
             if len(self._slots) >= self._capacity or self._closed or not self._fits(self._size):
                 return None
-            slot = self._new_slot(len(self._slots), self._size)
+            try:
+                slot = self._new_slot(len(self._slots), self._size)
+            except OSError as exc:  # ShmError included: /dev/shm full, out of file descriptors
+                self._no_more_slots(exc)
+                return None
             self._slots.append(slot)
             slot.leased = True
             return slot.ref()
@@ -431,11 +436,23 @@ class SlotPool:
             if not self._fits(bigger - slot.size):  # over the budget: stay, the excess goes inline
                 slot.wanted = slot.size
             else:
-                slot.close()
-                slot = self._slots[slot.index] = self._new_slot(slot.index, bigger)
-                self._size = max(self._size, bigger)
+                try:
+                    replacement = self._new_slot(slot.index, bigger)
+                except OSError as exc:  # keep the slot it has; the excess goes inline
+                    self._no_more_slots(exc)
+                    slot.wanted = slot.size
+                else:
+                    slot.close()
+                    slot = self._slots[slot.index] = replacement
+                    self._size = max(self._size, bigger)
         slot.leased = True
         return slot.ref()
+
+    def _no_more_slots(self, exc: OSError) -> None:
+        """A slot could not be made: the pool stays at the slots it has (none: batches go
+        through pipes and one-off segments) and remembers why, for the loader to say."""
+        self.creation_error = exc
+        self._capacity = len(self._slots)
 
     def _fits(self, extra: int) -> bool:
         return self._budget is None or self.nbytes + extra <= self._budget

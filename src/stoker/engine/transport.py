@@ -27,7 +27,7 @@ import numpy as np
 from stoker.engine import shm
 from stoker.engine.shm import SlotAllocator
 
-__all__ = ["INLINE_MAX_BYTES", "SHM_MIN_BATCH_BYTES", "array_bytes", "decode", "encode"]
+__all__ = ["INLINE_MAX_BYTES", "SHM_MIN_BATCH_BYTES", "UnreadableAnswer", "array_bytes", "decode", "encode"]
 
 INLINE_MAX_BYTES = 2048  # a smaller array travels inside the pickle
 SHM_MIN_BATCH_BYTES = 64 * 1024  # a smaller batch travels inline: a pipe write beats a segment
@@ -97,6 +97,16 @@ def _tensor_array(tensor: Any) -> np.ndarray | None:
         return None
 
 
+class UnreadableAnswer(Exception):
+    """A message was read but its arrays could not be mapped; carries the message (for its
+    task id), the shared memory it did lease, and the mapping error as ``__cause__``."""
+
+    def __init__(self, message: Any, leased: set[Any]) -> None:
+        super().__init__("a worker's answer could not be mapped")
+        self.message = message
+        self.leased = leased
+
+
 def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any]]:
     """Unpickles a message; returns it and the shared memory whose views it holds.
 
@@ -106,6 +116,7 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any
     and the ``(name, size)`` of the one-off segments the message's arrays view.
     """
     leases: dict[Any, object] = {}
+    failures: list[OSError] = []
     unpickler = pickle.Unpickler(io.BytesIO(payload))
 
     def persistent_load(ref: tuple[Any, ...]) -> Any:
@@ -117,12 +128,16 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any
         tag, slot_key, offset, shape, dtype_token = ref
         buffer = leases.get(slot_key)
         if buffer is None:
-            if isinstance(slot_key, tuple) and len(slot_key) == 3:
-                buffer = leases[slot_key] = shm.map_shared(slot_key[0], slot_key[1])
-            elif isinstance(slot_key, tuple):
-                buffer = leases[slot_key] = shm.lease_oneoff(*slot_key)
-            else:
-                buffer = leases[slot_key] = lease(slot_key)
+            try:
+                if isinstance(slot_key, tuple) and len(slot_key) == 3:
+                    buffer = leases[slot_key] = shm.map_shared(slot_key[0], slot_key[1])
+                elif isinstance(slot_key, tuple):
+                    buffer = leases[slot_key] = shm.lease_oneoff(*slot_key)
+                else:
+                    buffer = leases[slot_key] = lease(slot_key)
+            except OSError as exc:  # read the rest of the message, so its task is known
+                failures.append(exc)
+                return None
         dtype = np.dtype(dtype_token)
         count = 1
         for n in shape:
@@ -136,6 +151,8 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any
 
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
     message = unpickler.load()
+    if failures:
+        raise UnreadableAnswer(message, set(leases)) from failures[0]
     return message, set(leases)
 
 
