@@ -200,3 +200,22 @@ def test_a_running_process_pool_holds_its_prefix_alive() -> None:
     assert shm.remove_orphaned_segments() == []
     loader.close()
     assert not _exists(lock)
+
+
+def test_copy_batches_keeps_every_container_type() -> None:
+    """copy_batches=True rebuilt containers by calling their type with one argument: a
+    defaultdict batch (what a collate_fn building defaultdicts returns) failed."""
+    from collections import OrderedDict, defaultdict
+
+    def collate(samples: list) -> object:
+        batch = defaultdict(list)
+        batch["x"] = np.stack([s[4] for s in samples])
+        batch["ordered"] = OrderedDict(ids=np.array([s[0] for s in samples]))
+        return batch
+
+    loader = DataLoader(Samples(16, width=WIDTH), batch_size=4, num_workers=2, copy_batches=True, collate_fn=collate)
+    batches = list(loader)
+    assert [type(b).__name__ for b in batches] == ["defaultdict"] * 4
+    assert all(b.default_factory is list and type(b["ordered"]) is OrderedDict for b in batches)
+    assert [b["ordered"]["ids"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert all(b["x"].flags.owndata for b in batches)  # copied out of shared memory

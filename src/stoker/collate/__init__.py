@@ -40,6 +40,7 @@ import numpy as np
 
 from stoker._errors import CollateError
 from stoker._stacked import StackedSamples
+from stoker._tree import rebuild
 
 __all__ = [
     "PadCollate",
@@ -647,30 +648,8 @@ def default_convert(data: Any) -> Any:
     """
     if isinstance(data, (np.ndarray, np.generic, str, bytes)) or _is_tensor(data):
         return data
-    data_type: Any = type(data)
-    if isinstance(data, Mapping):
-        try:
-            if isinstance(data, collections.abc.MutableMapping):
-                mapping = copy.copy(data)
-                mapping.update({k: default_convert(data[k]) for k in data})
-                return mapping
-            return data_type({k: default_convert(data[k]) for k in data})
-        except TypeError:
-            return {k: default_convert(data[k]) for k in data}
-    if isinstance(data, tuple) and hasattr(data, "_fields"):
-        return data_type(*(default_convert(d) for d in data))
-    if isinstance(data, tuple):
-        return [default_convert(d) for d in data]
-    if isinstance(data, Sequence):
-        try:
-            if isinstance(data, collections.abc.MutableSequence):
-                sequence = copy.copy(data)
-                for i, d in enumerate(data):
-                    sequence[i] = default_convert(d)
-                return sequence
-            return data_type([default_convert(d) for d in data])
-        except TypeError:
-            return [default_convert(d) for d in data]
+    if isinstance(data, (Mapping, Sequence)):
+        return rebuild(data, default_convert, tuple_as_list=True)
     return data
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from stoker._errors import ShmError, WorkerError
 from stoker._progress import Progress
+from stoker._tree import rebuild
 from stoker.engine import shm, transport
 from stoker.engine.messages import (
     Done,
@@ -595,11 +596,7 @@ def _copy_tree(obj: Any) -> Any:
         return obj.copy()
     if hasattr(obj, "numpy") and hasattr(obj, "clone"):
         return obj.clone()
-    if isinstance(obj, Mapping):
-        return type(obj)({k: _copy_tree(v) for k, v in obj.items()})  # type: ignore[call-arg]
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_copy_tree(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_copy_tree(v) for v in obj)
+    if isinstance(obj, (Mapping, list, tuple)):
+        return rebuild(obj, _copy_tree)
     return obj
 

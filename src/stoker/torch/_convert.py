@@ -1,20 +1,18 @@
 """numpy batches to torch batches: every array and numeric numpy scalar becomes a tensor.
 
-The container rules are torch's (``torch.utils.data._utils.pin_memory.pin_memory``): a
-mutable mapping or sequence is shallow-copied and updated (so subclasses keep their
-extra attributes), a namedtuple or tuple keeps its type, and a container that cannot be
-rebuilt becomes a ``dict`` / ``list``.
+Containers are rebuilt by :func:`stoker._tree.rebuild`, with the rules of torch's
+``pin_memory`` (a tuple keeps its type).
 """
 
 from __future__ import annotations
 
 import collections.abc
-import copy
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+
+from stoker._tree import rebuild
 
 __all__ = ["is_container", "rebuild", "to_tensors"]
 
@@ -26,32 +24,6 @@ _TORCH_DTYPES = frozenset(
         "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool",
     )
 )  # fmt: skip
-
-
-def rebuild(data: Any, convert: Callable[[Any], Any]) -> Any:
-    """``data`` with ``convert`` applied to each element, rebuilt the way torch rebuilds it."""
-    if isinstance(data, collections.abc.Mapping):
-        try:
-            if isinstance(data, collections.abc.MutableMapping):
-                clone = copy.copy(data)
-                clone.update({k: convert(v) for k, v in data.items()})
-                return clone
-            return type(data)({k: convert(v) for k, v in data.items()})  # type: ignore[call-arg]
-        except TypeError:
-            return {k: convert(v) for k, v in data.items()}
-    if isinstance(data, tuple):
-        if hasattr(data, "_fields"):  # namedtuple
-            return type(data)(*(convert(v) for v in data))
-        return type(data)(convert(v) for v in data)
-    try:
-        if isinstance(data, collections.abc.MutableSequence):
-            items = copy.copy(data)
-            for i, v in enumerate(data):
-                items[i] = convert(v)
-            return items
-        return type(data)([convert(v) for v in data])  # type: ignore[call-arg]
-    except TypeError:
-        return [convert(v) for v in data]
 
 
 def is_container(data: Any) -> bool:
