@@ -431,3 +431,47 @@ def test_dev_shm_filling_up_mid_epoch_loses_no_sample(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-1] == f"got {list(range(24))}"
     assert done.stderr.count("stoker could not create another shared-memory slot for batches") <= 1
+
+
+_REPLACEMENT_FAILS = r"""
+import os, resource, signal, sys, warnings
+sys.path.insert(0, sys.argv[1])
+from engine.engine_datasets import Samples
+from stoker import DataLoader, WorkerError
+
+warnings.simplefilter("ignore")
+loader = DataLoader(Samples(40), batch_size=2, num_workers=2, persistent_workers=True,
+                    on_worker_death="restart", timeout=30)
+it = iter(loader)
+first = next(it)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))  # no pipe for a new worker
+os.kill(loader._pool.pids[1], signal.SIGKILL)
+try:
+    list(it)
+except WorkerError as exc:
+    print("raised", str(exc).replace("\n", " "))
+finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+for epoch in range(2):  # a fresh pool each time the loader is iterated again
+    print("epoch", sorted(int(i) for b in loader for i in b[0]) == list(range(40)))
+loader.close()
+"""
+
+
+def test_a_replacement_that_cannot_start_fails_the_loader_cleanly(tmp_path) -> None:
+    """The next epochs used to meet a half-closed pool ('handle is closed', then a hang)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", _REPLACEMENT_FAILS, tests], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    raised, *epochs = done.stdout.splitlines()[-3:]
+    assert raised.startswith("raised DataLoader worker 1 (pid ")
+    assert "was killed by SIGKILL" in raised
+    assert "and its replacement could not start (OSError: [Errno 24] Too many open files). The workers are stopped; the next iter(loader) starts new ones." in raised
+    assert epochs == ["epoch True", "epoch True"]

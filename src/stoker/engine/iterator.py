@@ -482,7 +482,16 @@ class MultiWorkerIterator:
         if self._restart and not self._iterable:
             worst = max((ledger.pending[t].restarts for t in held), default=0)
             if worst < _MAX_RESTARTS_PER_TASK:
-                self._pool.restart(death.worker_id)
+                try:
+                    self._pool.restart(death.worker_id)
+                except BaseException as exc:  # no replacement: the loader starts afresh next epoch
+                    self._close_broken()
+                    msg = (
+                        f"DataLoader {death.describe()} {where}, and its replacement could not start "
+                        f"({type(exc).__name__}: {exc}). The workers are stopped; the next iter(loader) "
+                        "starts new ones."
+                    )
+                    raise WorkerError(msg) from exc
                 self._pool.send(death.worker_id, StartEpoch(self._epoch, self._seed))
                 for task_id in held:
                     pending = ledger.pending[task_id]

@@ -375,6 +375,7 @@ class WorkerPool:
                 old.process.close()
             with contextlib.suppress(OSError):
                 os.unlink(self._stack_files[worker_id] or "")
+        self._workers[worker_id] = None  # gone: a failed start below leaves nothing half-closed
         self._start(worker_id)
         self._send_specs()
 
@@ -462,7 +463,7 @@ class WorkerPool:
         return [
             Death(i, None, None)
             for i, w in enumerate(self._workers)
-            if not w.thread.is_alive() and self.state is PoolState.RUNNING
+            if w is not None and not w.thread.is_alive() and self.state is PoolState.RUNNING
         ]
 
     def pid(self, worker_id: int) -> int | None:
