@@ -179,3 +179,30 @@ def test_sigkilled_trainer_takes_its_workers_along_and_its_segments_are_swept(
     # and the next process pool removes its stack-dump files from the temp directory
     assert len(list(DataLoader(Samples(4), batch_size=2, num_workers=1))) == 2
     assert engine_harness.stack_files(proc.pid) == []
+
+
+@pytest.mark.parametrize("handler", ["none", "user"])
+def test_sigterm_to_the_trainer_stops_workers_and_frees_everything(handler: str, tmp_path) -> None:
+    """How schedulers end a job. The default action still ends the trainer with SIGTERM's
+    status; a handler of the user's, installed before, still decides (here: exit 7)."""
+    install = "import signal; signal.signal(signal.SIGTERM, lambda s, f: sys.exit(7))" if handler == "user" else ""
+    proc = start_script(
+        tmp_path,
+        f"""
+        {install}
+        loader = DataLoader(Slow(), batch_size=2, num_workers=2)
+        kept = []
+        for n, batch in enumerate(loader):
+            kept.append(batch)  # hold the slots, so segments exist when the signal comes
+            if n == 3:
+                print("started", flush=True)
+        """,
+    )
+    assert read_line(proc) == "started"
+    workers = engine_harness.descendants(proc.pid)
+    assert len(workers) == 2
+    assert engine_harness.shm_segments(proc.pid) != [] and len(engine_harness.stack_files(proc.pid)) == 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=_EXIT_WITHIN_S)
+    assert proc.returncode == (7 if handler == "user" else -signal.SIGTERM), err.decode()
+    assert_child_left_nothing(proc.pid, workers)  # no segment, no stack file, no worker left

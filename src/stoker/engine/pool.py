@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker import randomness
-from stoker.engine import shm, transport
+from stoker.engine import shm, termination, transport
 from stoker.engine.messages import Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
 
@@ -157,6 +157,7 @@ class WorkerPool:
         self._selector: selectors.BaseSelector | None = None
         self._unsent: list[int] = []
         if mode == "process":
+            termination.register(self)  # SIGTERM stops it (and its segments go) before the trainer ends
             _remove_orphaned_stack_files()
             # Wrap the global RNG functions here, before forking, so each worker inherits the
             # wrapped modules instead of re-wrapping them after fork (2 ms of page copies each).

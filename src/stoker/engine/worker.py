@@ -336,6 +336,7 @@ def process_worker_main(
 ) -> None:
     """Entry point of a process worker (a ``multiprocessing.Process`` target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer handles Ctrl-C and stops us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the trainer's SIGTERM handler is not ours
     if die_with_parent:
         _set_parent_death_signal()
     # fork / spawn: our parent is the trainer. forkserver: it is the fork server, so the
