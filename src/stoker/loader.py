@@ -188,6 +188,7 @@ class DataLoader(Generic[T]):
         self._bad_samples = budget
         self._stats = StatsRecorder(num_workers)
         self.memory_budget = args.memory_budget if args.memory_budget is not None else available_memory() // 4
+        self._memory_budget_given = args.memory_budget is not None
         self._autotune_flags = (args.tune_workers, args.tune_prefetch)
         self._epoch = 0
         self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it

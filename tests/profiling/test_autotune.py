@@ -58,9 +58,44 @@ class Big:
 def test_the_memory_budget_caps_the_slot_pool_and_says_so() -> None:
     batch_bytes = 4 * 64 * 1024 * 4
     loader = DataLoader(Big(), batch_size=4, num_workers=2, memory_budget=3 * batch_bytes)
-    with pytest.warns(RuntimeWarning, match=r"memory_budget=3 MiB holds 2 batches of 1\.0 MiB, fewer than the 6"):
+    with pytest.warns(RuntimeWarning) as caught:
         values = [int(b[0, 0, 0]) for b in loader]
     assert values == list(range(0, 24, 4))
+    assert str(caught[0].message) == (
+        "memory_budget=3.0 MiB holds 2 batch slot(s) of 1.0 MiB, fewer than the 6 that num_workers=2 x "
+        "prefetch_factor=2 (+2 held by you) would use: from now on at most 3 batch(es) are loaded ahead, "
+        "and batches you hold beyond the slots travel through pipes. Raise memory_budget, or lower "
+        "batch_size or prefetch_factor."
+    )
+
+
+def _stoker_shm_bytes() -> int:
+    import os
+
+    total = 0
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(f"stoker-{os.getpid()}-") and not name.endswith(".alive"):
+            try:
+                total += os.stat(f"/dev/shm/{name}").st_blocks * 512  # pages really used
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def test_a_budget_below_one_batch_keeps_one_batch_in_flight() -> None:
+    """1 MiB budget, 1 MiB batches, 2 workers x prefetch 2: one batch is loaded ahead at a time
+    (and one is held by the loop), never the four torch's rule would keep in flight."""
+    batch_bytes = 4 * 64 * 1024 * 4
+    loader = DataLoader(Big(), batch_size=4, num_workers=2, memory_budget=batch_bytes // 2)
+    peak = 0
+    values = []
+    with pytest.warns(RuntimeWarning, match="from now on at most 1 batch"):
+        for batch in loader:
+            values.append(int(batch[0, 0, 0]))
+            peak = max(peak, _stoker_shm_bytes())
+            del batch
+    assert values == list(range(0, 24, 4))
+    assert peak <= 2.6 * batch_bytes, f"{peak / batch_bytes:.1f} batches of shared memory at once"
 
 
 def test_autotuning_stays_within_the_memory_budget() -> None:

@@ -120,6 +120,7 @@ class MultiWorkerIterator:
         self._autotune = loader._autotuner
         self._memory_watch = pool.__dict__.setdefault("memory_watch", GrowthWatch())
         self._memory_budget = loader.memory_budget
+        self._strict_budget = loader._memory_budget_given  # a budget of the user's binds from the start
         ledger: Ledger | None = getattr(pool, "ledger", None)
         if ledger is None:
             ledger = pool.ledger = Ledger(load=[0] * pool.num_workers)  # type: ignore[attr-defined]
@@ -223,7 +224,7 @@ class MultiWorkerIterator:
     # -- dispatch ----------------------------------------------------------------
     def _dispatch(self) -> None:
         ledger, pool = self._ledger, self._pool
-        budget = self._per_worker * pool.num_workers
+        budget = self._dispatch_budget()
         while not self._sources_done:
             # torch's bound: at most prefetch_factor * num_workers batches dispatched and
             # not yet handed to the consumer, counting those waiting in the reorder buffer
@@ -265,6 +266,22 @@ class MultiWorkerIterator:
             self._batch_index += 1
             if indices is not None:
                 self._position += len(indices) if self._auto_collation else 1
+
+    def _dispatch_budget(self) -> int:
+        """How many batches may be loaded ahead (in flight or waiting in the reorder buffer).
+
+        torch's bound, prefetch_factor x num_workers, further bounded by memory_budget once a
+        batch's size is known: at most budget // batch bytes, and at least one. Before that,
+        a budget the user gave lets one batch out, to learn the size; the default budget (a
+        quarter of memory) lets the first wave out whole.
+        """
+        full = self._per_worker * self._pool.num_workers
+        batch_bytes = getattr(self._pool, "batch_bytes", None)
+        if batch_bytes:
+            return min(full, max(1, self._memory_budget // batch_bytes))
+        if self._strict_budget and self._pool.mode == "process":
+            return 1
+        return full
 
     def _pick_worker(self) -> int | None:
         load, cap = self._ledger.load, self._per_worker
@@ -402,7 +419,7 @@ class MultiWorkerIterator:
         wanted = self._per_worker * self._pool.num_workers + 2
         size = self._pool.slots.slot_size if self._pool.slots is not None else 0
         if size:
-            wanted = min(wanted, max(2, self._memory_budget // size))
+            wanted = min(wanted, max(1, self._memory_budget // size))
         return wanted
 
     def _warn_slot_creation(self, error: OSError) -> None:
@@ -447,12 +464,14 @@ class MultiWorkerIterator:
         size = int(nbytes * _SLOT_HEADROOM) + 64 * arrays + 4096
         count = self._per_worker * pool.num_workers + 2  # in flight + held by the consumer
         if count * size > self._memory_budget:
-            fitting = max(2, self._memory_budget // size)
+            fitting = max(1, self._memory_budget // size)
+            ahead = max(1, self._memory_budget // max(nbytes, 1))
             warnings.warn(
-                f"memory_budget={self._memory_budget / 2**20:.0f} MiB holds {fitting} batches of "
+                f"memory_budget={self._memory_budget / 2**20:.1f} MiB holds {fitting} batch slot(s) of "
                 f"{nbytes / 2**20:.1f} MiB, fewer than the {count} that num_workers={pool.num_workers} x "
-                f"prefetch_factor={self._per_worker} (+2 held by you) would keep in flight: loading is "
-                "throttled to fit. Raise memory_budget, or lower batch_size or prefetch_factor.",
+                f"prefetch_factor={self._per_worker} (+2 held by you) would use: from now on at most "
+                f"{min(ahead, count - 2)} batch(es) are loaded ahead, and batches you hold beyond the slots "
+                "travel through pipes. Raise memory_budget, or lower batch_size or prefetch_factor.",
                 RuntimeWarning,
                 stacklevel=4,
             )
