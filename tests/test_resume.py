@@ -243,3 +243,64 @@ def test_iterable_datasets_without_state_or_with_workers_say_so_mid_epoch() -> N
     with pytest.raises(ValueError, match="its 2 workers each read their own replica ahead"):
         workers.state_dict()
     del it
+
+
+class Uneven:
+    """Like Noisy, but a few samples are slow, so with in_order=False batches finish out of order."""
+
+    def __len__(self) -> int:
+        return 23
+
+    def __getitem__(self, i: int) -> dict:
+        if i % 5 == 0:
+            import time
+
+            time.sleep(0.03)
+        return {"i": i, "np": np.random.rand(), "py": random.random(), "rng": sample_rng().random()}
+
+
+MODES = [
+    pytest.param({"num_workers": 0}, id="main"),
+    pytest.param({"num_workers": 2}, id="process"),
+    pytest.param({"num_workers": 2, "worker_mode": "thread"}, id="thread"),
+    pytest.param({"num_workers": 2, "persistent_workers": True}, id="persistent"),
+]
+BOUNDARIES = [2, EPOCH - 1, EPOCH, EPOCH + 1]  # mid-epoch, the last batch, the end, the next start
+
+
+ORDERS = [
+    pytest.param(mode.values[0], in_order, id=f"{mode.id}-{'in-order' if in_order else 'out-of-order'}")
+    for mode in MODES
+    for in_order in (True, False)
+    if in_order or mode.values[0]["num_workers"]  # in_order applies to background workers only
+]
+
+
+@pytest.mark.parametrize(("loading", "in_order"), ORDERS)
+@pytest.mark.parametrize("stop_at", BOUNDARIES, ids=lambda k: f"after-{k}")
+def test_save_load_round_trip_over_order_modes_and_epoch_boundaries(loading, in_order, stop_at) -> None:
+    options = {**loading, "in_order": in_order} if loading["num_workers"] else loading
+    make = loader_factory(options, {"num_workers": 3, "in_order": in_order}, dataset=Uneven(), **SHUFFLED)
+    run_test_save_load_state(make, stop_at=stop_at, epochs=2, ordered=in_order)
+
+
+def test_out_of_order_delivery_resumes_exactly() -> None:
+    """Out of order, the first N batches handed out are not the first N of the epoch: the
+    state records where the epoch stands and which batches beyond it were delivered."""
+
+    def make(resumed: bool):
+        return DataLoader(Uneven(), batch_size=2, shuffle=True, generator=3, num_workers=3, in_order=False)
+
+    loader = make(False)
+    it = iter(loader)
+    seen = [tuple(next(it)["i"].tolist()) for _ in range(4)]
+    state = loader.state_dict()
+    assert state["batches"] + len(state.get("ahead", [])) == 4
+    assert all(b > state["batches"] for b in state.get("ahead", []))
+    rest = list(it)
+    del it
+    resumed = make(True)
+    resumed.load_state_dict(state)
+    tail = [tuple(b["i"].tolist()) for b in resumed]
+    assert sorted(seen + tail) == sorted(seen + [tuple(b["i"].tolist()) for b in rest])
+    assert len(set(seen + tail)) == 12  # every batch exactly once

@@ -11,6 +11,7 @@ without loading them.
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,18 +20,53 @@ from typing import Any
 __all__ = ["STATE_VERSION", "Progress", "epoch_owner", "skip_batches"]
 
 STATE_VERSION = 1
+_RECENT = 256  # deliveries remembered, for a pinning thread's read-ahead (at most a few)
 
 
 @dataclass(slots=True)
 class Progress:
-    """Where the current epoch stands; shared by the loader and its live iterator."""
+    """Where the current epoch stands; shared by the loader and its live iterator.
+
+    Delivered batches are recorded by their place in the epoch: every batch before
+    ``floor`` was delivered, and so were those in ``ahead`` (batches that came out of order,
+    with ``in_order=False``). In order, ``ahead`` stays empty and ``floor == yielded``.
+    """
 
     epoch: int
     seed: int
     start: dict[str, Any] = field(default_factory=dict)
-    yielded: int = 0
+    yielded: int = 0  # batches handed out (or skipped) this epoch, whatever their places
     done: bool = False
     samples: int = 0  # an iterable dataset's samples drawn this epoch (its random positions)
+    floor: int = 0
+    ahead: set[int] = field(default_factory=set)
+    recent: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=_RECENT))
+
+    def deliver(self, batch_index: int) -> None:
+        """Records that the batch at ``batch_index`` was handed out."""
+        self.yielded += 1
+        self.recent.append(batch_index)
+        if batch_index == self.floor:
+            self.floor += 1
+            while self.floor in self.ahead:
+                self.ahead.discard(self.floor)
+                self.floor += 1
+        elif batch_index > self.floor:
+            self.ahead.add(batch_index)
+
+    def resumable(self, held: int = 0) -> tuple[int, list[int]]:
+        """``(floor, ahead)`` as if the last ``held`` deliveries had not happened.
+
+        A state saved from it resumes at ``floor`` and skips the batches in ``ahead``:
+        exact for out-of-order delivery too. ``held`` are batches a pinning thread took
+        but the loop has not received.
+        """
+        if held > len(self.recent):
+            raise AssertionError(f"cannot take back {held} deliveries, only {len(self.recent)} are remembered")
+        taken_back = set(list(self.recent)[len(self.recent) - held :]) if held else set()
+        floor = min([self.floor, *(b for b in taken_back if b < self.floor)])
+        ahead = (set(range(floor, self.floor)) | self.ahead) - taken_back
+        return floor, sorted(ahead)
 
 
 def epoch_owner(index_sampler: Any) -> Any:

@@ -321,10 +321,10 @@ class DataLoader(Generic[T]):
         """
         owner = epoch_owner(self._index_sampler) if not self._iterable else None
         resume, self._resume = self._resume, None
-        skip = 0
+        skip, ahead = 0, ()
         draw = new_pool
         if resume is not None:
-            epoch, skip = resume["epoch"], resume["batches"]
+            epoch, skip, ahead = resume["epoch"], resume["batches"], resume.get("ahead", ())
             self._seed = resume["seed"]
             if resume.get("sampler") is not None:
                 self._index_sampler.load_state_dict(resume["sampler"])  # type: ignore[union-attr]
@@ -351,7 +351,10 @@ class DataLoader(Generic[T]):
         if is_torch_generator(self.generator):
             start["generator"] = self.generator.get_state()
             start["torch_draw"] = draw
-        progress = Progress(epoch=epoch, seed=self._epoch_seed(epoch, draw=draw), start=start, yielded=skip)
+        progress = Progress(
+            epoch=epoch, seed=self._epoch_seed(epoch, draw=draw), start=start,
+            yielded=skip + len(ahead), floor=skip, ahead=set(ahead),
+        )  # fmt: skip
         self._progress = progress
         if self._iterable:
             if resume is not None and resume.get("dataset") is not None:
@@ -373,15 +376,22 @@ class DataLoader(Generic[T]):
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands, to resume exactly there with :meth:`load_state_dict`.
 
-        Valid at any point: mid-epoch (with or without workers), at an epoch boundary,
-        after the last batch. Small (no batch is stored); the number of workers may
-        differ when it is loaded. Custom samplers take part by implementing
-        ``state_dict`` / ``load_state_dict``.
+        Valid at any point: mid-epoch (with or without workers, in order or not), at an
+        epoch boundary, after the last batch. Small (no batch is stored: the place the
+        epoch has reached, and with ``in_order=False`` the few batches delivered beyond
+        it); the number of workers may differ when it is loaded. Custom samplers take
+        part by implementing ``state_dict`` / ``load_state_dict``.
         """
+        return self._state(held=0)
+
+    def _state(self, *, held: int) -> dict[str, Any]:
+        """:meth:`state_dict`, as if the last ``held`` deliveries had not reached the loop."""
         if self._resume is not None:
             return dict(self._resume)
         progress = self._progress
-        finished = progress is not None and (progress.done or progress.yielded >= self._epoch_length())
+        finished = (
+            progress is not None and held == 0 and (progress.done or progress.yielded >= self._epoch_length())
+        )
         torch_generator = is_torch_generator(self.generator)
         if progress is None or finished:
             state: dict[str, Any] = {"epoch": self._epoch, "batches": 0}
@@ -391,7 +401,10 @@ class DataLoader(Generic[T]):
             # the next epoch draws a base seed unless persistent workers carry this one on
             state["torch_draw"] = not (self._pool is not None and self._pool.state is PoolState.RUNNING)
         else:
-            state = {"epoch": progress.epoch, "batches": progress.yielded}
+            floor, ahead = progress.resumable(held)
+            state = {"epoch": progress.epoch, "batches": floor}
+            if ahead:
+                state["ahead"] = ahead  # delivered out of order beyond ``batches``: skipped on resume
             state["sampler"] = progress.start.get("sampler")
             state["generator"] = progress.start.get("generator")
             state["torch_draw"] = progress.start.get("torch_draw", True)
@@ -646,7 +659,7 @@ class _SingleProcessIterator:
         self._deliver = loader._deliver
         self._progress = progress
         self._index_iter = index_iter
-        self._batch_index = progress.yielded
+        self._batch_index = progress.floor
         self._position = first_position
         self._fetcher: MapFetcher | IterableFetcher
         if index_iter is None:
@@ -681,8 +694,8 @@ class _SingleProcessIterator:
                 raise
             except AllSkipped:
                 batch = _SKIPPED
+            progress.deliver(self._batch_index)
             self._batch_index += 1
-            progress.yielded += 1
             if batch is not _SKIPPED:
                 self._loader._stats.delivered(perf_counter() - entered)
                 return self._deliver(batch)
@@ -692,6 +705,10 @@ class _SingleProcessIterator:
         recorder = self._loader._stats
         began = perf_counter()
         index = next(self._index_iter)  # type: ignore[arg-type]
+        while self._batch_index in progress.ahead:  # delivered before a resume: skip it
+            self._position += len(index) if fetcher.auto_collation else 1
+            self._batch_index += 1
+            index = next(self._index_iter)  # type: ignore[arg-type]
         recorder.stats.sampling_s += perf_counter() - began
         attempted = len(index) if fetcher.auto_collation else 1
         self._position += attempted

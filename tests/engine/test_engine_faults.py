@@ -444,6 +444,8 @@ loader = DataLoader(Samples(40), batch_size=2, num_workers=2, persistent_workers
                     on_worker_death="restart", timeout=30)
 it = iter(loader)
 first = next(it)
+while 1 not in loader._pool.pids:  # worker 1 has said it is ready
+    next(it)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))  # no pipe for a new worker
 os.kill(loader._pool.pids[1], signal.SIGKILL)

@@ -112,7 +112,7 @@ class MultiWorkerIterator:
         self._epoch = epoch = progress.epoch
         self._seed = seed = progress.seed
         self._index_iter = index_iter
-        self._batch_index = progress.yielded  # the next task's place in the epoch
+        self._batch_index = progress.floor  # the next task's place in the epoch
         self._position = first_position  # the next task's first sample's place in the epoch
         self._auto_collation = loader._auto_collation
         self._budget = loader._bad_samples
@@ -129,6 +129,7 @@ class MultiWorkerIterator:
         self._generation = ledger.generation
         self._first_task = self._next_yield = ledger.next_task
         self._ready: dict[int, Any] = {}
+        self._places: dict[int, int] = {}  # task id -> the batch's place in the epoch
         self._active = [True] * pool.num_workers
         # map-style: workers not given a task yet this epoch; the first tasks go one to
         # each, as torch's round-robin sends them (a dataset whose workers meet at a
@@ -161,10 +162,10 @@ class MultiWorkerIterator:
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         self._dispatch()  # the consumer may have dropped batches since the last call
         while True:
-            item = self._take_ready()
+            task_id, item = self._take_ready()
             if item is not _SKIP:
                 self._dispatch()
-                self._progress.yielded += 1
+                self._progress.deliver(self._places.pop(task_id))
                 if type(item) is _Accounted:  # on_error="skip": count in delivery order
                     self._budget.record(item.attempted, item.skipped)  # type: ignore[union-attr]
                     if item.empty:
@@ -203,20 +204,25 @@ class MultiWorkerIterator:
                 self._handle_death(death)
             self._dispatch()  # results lowered the load; dropped batches freed slots
 
-    def _take_ready(self) -> Any:
+    def _take_ready(self) -> tuple[int, Any]:
+        """The next batch to hand out and its task id; ``(-1, _SKIP)`` when none is ready."""
         ready = self._ready
         if self._in_order:
             while self._next_yield in ready:
-                item = ready.pop(self._next_yield)
+                task_id = self._next_yield
+                item = ready.pop(task_id)
                 self._next_yield += 1
                 if item is not _SKIP:
-                    return item
-            return _SKIP
+                    return task_id, item
+                self._places.pop(task_id, None)
+            return -1, _SKIP
         while ready:
-            item = ready.pop(min(ready))
+            task_id = min(ready)
+            item = ready.pop(task_id)
             if item is not _SKIP:
-                return item
-        return _SKIP
+                return task_id, item
+            self._places.pop(task_id, None)
+        return -1, _SKIP
 
     def _mine_pending(self) -> bool:
         return self._in_flight > 0
@@ -245,6 +251,10 @@ class MultiWorkerIterator:
                     self._sources_done = True
                     return
                 self._recorder.stats.sampling_s += time.perf_counter() - began
+                if self._batch_index in self._progress.ahead:  # delivered before a resume: skip it
+                    self._batch_index += 1
+                    self._position += len(indices) if self._auto_collation else 1
+                    continue
             slot = None
             if pool.slots is not None:
                 recent = self._recent_slots[worker_id]
@@ -259,6 +269,7 @@ class MultiWorkerIterator:
             task_id = ledger.next_task
             ledger.next_task += 1
             ledger.pending[task_id] = _Pending(worker_id, indices, slot, self._batch_index, self._position)
+            self._places[task_id] = self._batch_index
             self._in_flight += 1
             ledger.load[worker_id] += 1
             self._unserved.discard(worker_id)

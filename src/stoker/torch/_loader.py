@@ -281,18 +281,10 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         them again.
         """
         pinning = self._pinning() if self._pinning is not None else None
-        progress = self._progress
-        if pinning is None or progress is None:
+        if pinning is None or self._progress is None:
             return super().state_dict()
         with pinning.paused() as held:
-            if held == 0:
-                return super().state_dict()
-            yielded, done = progress.yielded, progress.done
-            progress.yielded, progress.done = yielded - held, False
-            try:
-                return super().state_dict()
-            finally:
-                progress.yielded, progress.done = yielded, done
+            return self._state(held=held)
 
     def close(self) -> None:
         """Stops the pinning thread and persistent workers; safe to call twice."""
