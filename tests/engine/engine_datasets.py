@@ -591,3 +591,15 @@ class CollectsGarbage:
         sys.unraisablehook = lambda u: append_line(self.log, f"{type(u.exc_value).__name__}: {u.exc_value}")
         gc.collect()
         return i
+
+
+class NestedLoader:
+    """Each sample loads a little dataset of its own through a DataLoader with process workers."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> int:
+        from stoker import DataLoader
+
+        return sum(int(b.sum()) for b in DataLoader(list(range(4)), batch_size=2, num_workers=1))

@@ -477,3 +477,17 @@ def test_a_replacement_that_cannot_start_fails_the_loader_cleanly(tmp_path) -> N
     assert "was killed by SIGKILL" in raised
     assert "and its replacement could not start (OSError: [Errno 24] Too many open files). The workers are stopped; the next iter(loader) starts new ones." in raised
     assert epochs == ["epoch True", "epoch True"]
+
+
+def test_a_loader_inside_a_worker_says_how_to_nest_it() -> None:
+    from engine.engine_datasets import NestedLoader
+
+    with pytest.raises(RuntimeError) as excinfo:
+        list(DataLoader(NestedLoader(), batch_size=1, num_workers=1))
+    assert str(excinfo.value) == (
+        "this DataLoader runs inside a worker process (of another DataLoader, or any daemonic process), "
+        "and such a process cannot start processes of its own. Give the inner DataLoader num_workers=0, "
+        "or worker_mode='thread'."
+    )
+    assert "while loading indices [0]" in notes(excinfo.value)
+    assert [int(b) for b in DataLoader(NestedLoader(), batch_size=None, num_workers=1, worker_mode="thread")] == [6, 6]

@@ -213,6 +213,13 @@ class WorkerPool:
         self._workers[worker_id] = _ThreadWorker(thread, tasks)
 
     def _start_process(self, worker_id: int) -> None:
+        if multiprocessing.current_process().daemon:
+            msg = (
+                "this DataLoader runs inside a worker process (of another DataLoader, or any "
+                "daemonic process), and such a process cannot start processes of its own. Give the "
+                "inner DataLoader num_workers=0, or worker_mode='thread'."
+            )
+            raise RuntimeError(msg)
         context = self.context
         fd, stack_file = tempfile.mkstemp(prefix=f"{_STACK_FILE_PREFIX}{os.getpid()}-{worker_id}-")
         os.close(fd)
