@@ -75,6 +75,17 @@ class ProcessStat:
     cpu_s: float  # user + system CPU seconds used so far
 
 
+def pid_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (ours or another user's: ``EPERM`` means it does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def process_stat(pid: int | str) -> ProcessStat | None:
     """``pid``'s ``/proc/<pid>/stat`` (``"self"`` for this process), or None if it is gone."""
     try:

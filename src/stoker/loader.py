@@ -14,7 +14,6 @@ import math
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from time import perf_counter
 from typing import Any, Generic, TypeVar
 
 from stoker._loader_arguments import check_arguments, warn_excessive_workers
@@ -25,10 +24,11 @@ from stoker._validate import check_int
 from stoker.bad_samples import BadSampleBudget, ErrorReport
 from stoker.collate import default_collate, default_convert
 from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
-from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
-from stoker.engine.iterator import MultiWorkerIterator
 from stoker.engine.messages import WorkerSpec
+from stoker.engine.multi_worker import MultiWorkerIterator
+from stoker.engine.plan import EpochHooks, EpochPlan
 from stoker.engine.pool import PoolState, WorkerPool
+from stoker.engine.single_process import SingleProcessIterator
 from stoker.profiling.stats import LoaderStats, StatsRecorder
 from stoker.samplers import BatchSampler, RandomSampler, SequentialSampler
 
@@ -145,7 +145,12 @@ class DataLoader(Generic[T]):
             memory_budget=memory_budget,
         )  # fmt: skip
         budget = BadSampleBudget(max_errors) if on_error == "skip" else None
-        iterable, batch_size, shuffle, drop_last = args.iterable, args.batch_size, args.shuffle, args.drop_last
+        iterable, batch_size, shuffle, drop_last = (
+            args.iterable,
+            args.batch_size,
+            args.shuffle,
+            args.drop_last,
+        )
         num_workers, prefetch_factor = args.num_workers, args.prefetch_factor
         if not args.tune_workers:
             warn_excessive_workers(num_workers)
@@ -187,18 +192,30 @@ class DataLoader(Generic[T]):
         self.max_errors = max_errors
         self._bad_samples = budget
         self._stats = StatsRecorder(num_workers)
-        self.memory_budget = args.memory_budget if args.memory_budget is not None else available_memory() // 4
+        self.memory_budget = (
+            args.memory_budget if args.memory_budget is not None else available_memory() // 4
+        )
         self._memory_budget_given = args.memory_budget is not None
         self._autotune_flags = (args.tune_workers, args.tune_prefetch)
         self._epoch = 0
-        self._left_epoch: int | None = None  # the epoch sampler's epoch as the last __iter__ left it
+        self._left_epoch: int | None = (
+            None  # the epoch sampler's epoch as the last __iter__ left it
+        )
         # generator=None: the base seed is drawn when the first epoch starts, so building a
         # loader leaves the global random generators as it found them (as torch's does)
         self._seed: int | None = (
-            0 if is_torch_generator(generator) else None if generator is None else resolve_base_seed(generator)
+            0
+            if is_torch_generator(generator)
+            else None
+            if generator is None
+            else resolve_base_seed(generator)
         )
-        self._torch_seed: tuple[int, int] | None = None  # a torch.Generator's last base seed, its epoch
-        self._skip_each_epoch = 0  # batches every epoch starts after (see _skip_batches_every_epoch)
+        self._torch_seed: tuple[int, int] | None = (
+            None  # a torch.Generator's last base seed, its epoch
+        )
+        self._skip_each_epoch = (
+            0  # batches every epoch starts after (see _skip_batches_every_epoch)
+        )
         self._length_reported: int | None = None  # len() of an IterableDataset loader, once asked
         self._progress: Progress | None = None
         self._resume: dict[str, Any] | None = None
@@ -206,7 +223,9 @@ class DataLoader(Generic[T]):
         self._autotuner: AutoTuner | None = None
         self._live_pool: weakref.ref[WorkerPool] | None = None
         self._pool_finalizer: weakref.finalize | None = None
-        self.collate_fn = collate_fn or (default_collate if self._auto_collation else default_convert)
+        self.collate_fn = collate_fn or (
+            default_collate if self._auto_collation else default_convert
+        )
         self._pin_warned = False
         self._initialized = True
 
@@ -259,8 +278,14 @@ class DataLoader(Generic[T]):
                 )
                 raise TypeError(msg) from None
             if self.batch_size is not None:
-                length = length // self.batch_size if self.drop_last else math.ceil(length / self.batch_size)
-            self._length_reported = length  # the epochs started from now on warn past it, as torch's
+                length = (
+                    length // self.batch_size
+                    if self.drop_last
+                    else math.ceil(length / self.batch_size)
+                )
+            self._length_reported = (
+                length  # the epochs started from now on warn past it, as torch's
+            )
             return length
         return max(0, len(self._index_sampler) - self._skip_each_epoch)  # type: ignore[arg-type]
 
@@ -292,25 +317,56 @@ class DataLoader(Generic[T]):
     def _begin_epoch(self) -> Iterator[Any]:
         """Starts an epoch and returns the iterator that loads it (at the first ``next()``)."""
         reuse_pool = (
-            self.persistent_workers and self._pool is not None and self._pool.state is PoolState.RUNNING
+            self.persistent_workers
+            and self._pool is not None
+            and self._pool.state is PoolState.RUNNING
         )
         progress, index_iter, first_position = self._start_epoch(new_pool=not reuse_pool)
+        hooks = EpochHooks(
+            deliver=self._deliver,
+            record_bad_samples=self._bad_samples.record if self._bad_samples is not None else None,
+            workers_changed=self._workers_changed,
+        )
         if self.num_workers == 0:
-            return _SingleProcessIterator(self, progress, index_iter, first_position)
+            return SingleProcessIterator(
+                self._worker_spec(), hooks, progress=progress, index_iter=index_iter,
+                first_position=first_position, stats=self._stats,
+            )  # fmt: skip
         if not self.persistent_workers:
             pool = self._new_pool()
             self._live_pool = weakref.ref(pool)  # for stats(); the iterator owns it
             self._autotuner = self._new_autotuner()
-            return MultiWorkerIterator(
-                self, pool, owns_pool=True, progress=progress, index_iter=index_iter, first_position=first_position
-            )
-        if not reuse_pool:
-            self._pool = self._new_pool()
-            self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
-            self._autotuner = self._new_autotuner()
+        else:
+            if not reuse_pool:
+                self._pool = self._new_pool()
+                self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
+                self._autotuner = self._new_autotuner()
+            pool = self._pool
         return MultiWorkerIterator(
-            self, self._pool, owns_pool=False, progress=progress, index_iter=index_iter, first_position=first_position
+            self._epoch_plan(), hooks, pool, owns_pool=not self.persistent_workers, progress=progress,
+            index_iter=index_iter, first_position=first_position, stats=self._stats, autotuner=self._autotuner,
+        )  # fmt: skip
+
+    def _epoch_plan(self) -> EpochPlan:
+        """How the engine runs this epoch; fixed when it starts."""
+        return EpochPlan(
+            iterable=self._iterable,
+            auto_collation=self._auto_collation,
+            in_order=self.in_order,
+            timeout_s=float(self.timeout),
+            restart_dead_workers=self.on_worker_death == "restart",
+            copy_batches=self.copy_batches,
+            prefetch_factor=self.prefetch_factor,  # type: ignore[arg-type]
+            memory_budget=self.memory_budget,
+            budget_is_users=self._memory_budget_given,
+            dataset_name=type(self.dataset).__name__,
+            dataset_has_len=self._iterable and _has_len(self.dataset),
         )
+
+    def _workers_changed(self, num_workers: int, prefetch_factor: int) -> None:
+        """The autotuner added a worker or raised the prefetch: the loader reports it."""
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
 
     # -- epochs, seeds and resumable state --------------------------------------------
     def _start_epoch(self, *, new_pool: bool) -> tuple[Progress, Iterator[Any] | None, int]:
@@ -334,7 +390,11 @@ class DataLoader(Generic[T]):
                 self._torch_seed = (resume["torch_seed"], resume["torch_seed_epoch"])
                 draw = resume["torch_draw"]
         else:
-            if owner is not None and self._left_epoch is not None and owner.epoch != self._left_epoch:
+            if (
+                owner is not None
+                and self._left_epoch is not None
+                and owner.epoch != self._left_epoch
+            ):
                 self._epoch = owner.epoch  # the user called set_epoch: follow it
             epoch = self._epoch
             skip = self._skip_each_epoch
@@ -390,7 +450,9 @@ class DataLoader(Generic[T]):
             return dict(self._resume)
         progress = self._progress
         finished = (
-            progress is not None and held == 0 and (progress.done or progress.yielded >= self._epoch_length())
+            progress is not None
+            and held == 0
+            and (progress.done or progress.yielded >= self._epoch_length())
         )
         torch_generator = is_torch_generator(self.generator)
         if progress is None or finished:
@@ -399,12 +461,16 @@ class DataLoader(Generic[T]):
             state["sampler"] = sampler_state() if callable(sampler_state) else None
             state["generator"] = self.generator.get_state() if torch_generator else None
             # the next epoch draws a base seed unless persistent workers carry this one on
-            state["torch_draw"] = not (self._pool is not None and self._pool.state is PoolState.RUNNING)
+            state["torch_draw"] = not (
+                self._pool is not None and self._pool.state is PoolState.RUNNING
+            )
         else:
             floor, ahead = progress.resumable(held)
             state = {"epoch": progress.epoch, "batches": floor}
             if ahead:
-                state["ahead"] = ahead  # delivered out of order beyond ``batches``: skipped on resume
+                state["ahead"] = (
+                    ahead  # delivered out of order beyond ``batches``: skipped on resume
+                )
             state["sampler"] = progress.start.get("sampler")
             state["generator"] = progress.start.get("generator")
             state["torch_draw"] = progress.start.get("torch_draw", True)
@@ -448,8 +514,12 @@ class DataLoader(Generic[T]):
             raise ValueError(msg)
         for key in ("epoch", "batches", "seed"):
             if key not in state:
-                raise ValueError(f"the loader state has no {key!r} entry; pass what state_dict() returned")
-        if state.get("sampler") is not None and not callable(getattr(self._index_sampler, "load_state_dict", None)):
+                raise ValueError(
+                    f"the loader state has no {key!r} entry; pass what state_dict() returned"
+                )
+        if state.get("sampler") is not None and not callable(
+            getattr(self._index_sampler, "load_state_dict", None)
+        ):
             msg = (
                 f"the state holds a sampler state but this loader's {type(self._index_sampler).__name__} "
                 "has no load_state_dict; build the loader with the same kind of sampler"
@@ -511,7 +581,9 @@ class DataLoader(Generic[T]):
             return None
         if self.__dict__.get("_autotuner") is not None and not self.persistent_workers:
             return self._autotuner  # keep what earlier epochs learned
-        return AutoTuner(tune_workers, tune_prefetch, max_workers=cpu_budget(), memory_budget=self.memory_budget)
+        return AutoTuner(
+            tune_workers, tune_prefetch, max_workers=cpu_budget(), memory_budget=self.memory_budget
+        )
 
     def _deliver(self, batch: Any) -> Any:
         """The last step before a batch reaches the user (stoker.torch converts to tensors)."""
@@ -522,7 +594,13 @@ class DataLoader(Generic[T]):
         return self.worker_init_fn
 
     def _new_pool(self) -> WorkerPool:
-        spec = WorkerSpec(
+        return WorkerPool(
+            self._worker_spec(), self.num_workers, self.worker_mode, self.multiprocessing_context
+        )
+
+    def _worker_spec(self) -> WorkerSpec:
+        """What to load: the dataset, how to batch it, how a worker starts."""
+        return WorkerSpec(
             dataset=self.dataset,
             iterable=self._iterable,
             auto_collation=self._auto_collation,
@@ -535,7 +613,6 @@ class DataLoader(Generic[T]):
             skip_errors=self._bad_samples is not None,
             segment_prefix=None,
         )
-        return WorkerPool(spec, self.num_workers, self.worker_mode, self.multiprocessing_context)
 
     def close(self) -> None:
         """Stops persistent workers and frees their shared memory; safe to call twice.
@@ -558,9 +635,6 @@ class DataLoader(Generic[T]):
             f"DataLoader(dataset={type(self.dataset).__name__}, batch_size={self.batch_size}, "
             f"num_workers={self.num_workers}, worker_mode={self.worker_mode!r})"
         )
-
-
-_SKIPPED = object()
 
 
 class _EpochIterator:
@@ -647,85 +721,17 @@ class _EpochIterator:
             close()
 
 
-class _SingleProcessIterator:
-    """Loads every batch in the calling thread (``num_workers=0``)."""
-
-    __slots__ = ("_batch_index", "_deliver", "_fetcher", "_index_iter", "_loader", "_position", "_progress")
-
-    def __init__(
-        self, loader: DataLoader[Any], progress: Progress, index_iter: Iterator[Any] | None, first_position: int
-    ) -> None:
-        self._loader = loader
-        self._deliver = loader._deliver
-        self._progress = progress
-        self._index_iter = index_iter
-        self._batch_index = progress.floor
-        self._position = first_position
-        self._fetcher: MapFetcher | IterableFetcher
-        if index_iter is None:
-            self._fetcher = IterableFetcher(
-                loader.dataset, loader.batch_size, loader._engine_collate, loader.drop_last, progress.seed, first_position
-            )
-        else:
-            self._fetcher = MapFetcher(
-                loader.dataset, loader._auto_collation, loader._engine_collate, loader._bad_samples is not None
-            )
-
-    def __iter__(self) -> _SingleProcessIterator:
-        return self
-
-    def __next__(self) -> Any:
-        progress = self._progress
-        entered = perf_counter()
-        while True:
-            try:
-                if self._index_iter is None:
-                    began = perf_counter()
-                    batch = self._fetcher.fetch(self._batch_index)  # type: ignore[call-arg]
-                    samples = self._fetcher.taken - progress.samples  # type: ignore[union-attr]
-                    progress.samples = self._fetcher.taken  # type: ignore[union-attr]
-                    if self._fetcher.ended:  # type: ignore[union-attr]
-                        progress.done = True  # that was the last batch: a state now means the next epoch
-                    self._loader._stats.loaded(-1, samples, perf_counter() - began, 0.0, self._batch_index)
-                else:
-                    batch = self._fetch_map(progress)
-            except StopIteration:
-                progress.done = True
-                raise
-            except AllSkipped:
-                batch = _SKIPPED
-            progress.deliver(self._batch_index)
-            self._batch_index += 1
-            if batch is not _SKIPPED:
-                self._loader._stats.delivered(perf_counter() - entered)
-                return self._deliver(batch)
-
-    def _fetch_map(self, progress: Progress) -> Any:
-        fetcher: MapFetcher = self._fetcher  # type: ignore[assignment]
-        recorder = self._loader._stats
-        began = perf_counter()
-        index = next(self._index_iter)  # type: ignore[arg-type]
-        while self._batch_index in progress.ahead:  # delivered before a resume: skip it
-            self._position += len(index) if fetcher.auto_collation else 1
-            self._batch_index += 1
-            index = next(self._index_iter)  # type: ignore[arg-type]
-        recorder.stats.sampling_s += perf_counter() - began
-        attempted = len(index) if fetcher.auto_collation else 1
-        self._position += attempted
-        budget = self._loader._bad_samples
-        try:
-            batch = fetcher.fetch(index, progress.seed, self._batch_index, self._position - attempted)
-        finally:
-            if budget is not None:
-                budget.record(attempted, fetcher.take_skipped())
-        recorder.loaded(-1, attempted, fetcher.fetch_s, fetcher.collate_s, index, fetcher.slow_samples)
-        return batch
-
-    def __len__(self) -> int:
-        return len(self._loader)
+def _has_len(dataset: Any) -> bool:
+    try:
+        len(dataset)
+    except Exception:
+        return False
+    return True
 
 
-def _warn_longer_than_len(loader: DataLoader[Any], length: int, fetched: int, *, asked: bool = True) -> None:
+def _warn_longer_than_len(
+    loader: DataLoader[Any], length: int, fetched: int, *, asked: bool = True
+) -> None:
     """torch's warning: an IterableDataset loader yields more than ``len(loader)`` said.
 
     ``asked=False``: nobody asked ``len()``; the epoch just ended with more batches than it.

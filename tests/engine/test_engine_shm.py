@@ -11,7 +11,7 @@ import pytest
 from engine.engine_datasets import Growing, Samples
 from harness import leaks as engine_harness
 from stoker import DataLoader, ShmError
-from stoker.engine import shm
+from stoker.engine import segments, slots
 
 WIDTH = 4096  # float64 values per sample: 32 KiB, so a batch of 4 is 128 KiB (> 64 KiB)
 
@@ -103,7 +103,7 @@ def test_slot_pool_refuses_more_than_dev_shm_has_free() -> None:
     st = os.statvfs("/dev/shm")
     free = st.f_bavail * st.f_frsize
     with pytest.raises(ShmError, match=r"--shm-size") as excinfo:
-        shm.SlotPool(count=1, size=free + 2**30)
+        slots.SlotPool(count=1, size=free + 2**30)
     text = str(excinfo.value)
     assert "MiB free" in text and "batch_size" in text  # says how much and what to lower
     assert isinstance(excinfo.value, OSError)
@@ -111,7 +111,7 @@ def test_slot_pool_refuses_more_than_dev_shm_has_free() -> None:
 
 
 def test_slot_lease_returns_the_slot_when_the_last_view_dies() -> None:
-    pool = shm.SlotPool(count=2, size=4096)
+    pool = slots.SlotPool(count=2, size=4096)
     try:
         assert pool.names == [] and pool.num_free == 2  # slots are created when first needed
         ref = pool.acquire()
@@ -161,17 +161,19 @@ def test_the_orphan_sweep_spares_a_live_pool_whose_pid_it_cannot_see() -> None:
 
     invisible = 4_194_000 + os.getpid() % 300  # above any pid this machine hands out
     prefix = f"stoker-{invisible}-0c0ffee0"
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, prefix], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, prefix], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
-        assert shm.remove_orphaned_segments() == []
+        assert segments.remove_orphaned_segments() == []
         assert _exists(f"{prefix}-1") and _exists(f"{prefix}.alive")
     finally:
         holder.kill()
         holder.wait()
         holder.stdout.close()
     # its holder is gone: now the pool is an orphan and goes, lock and all
-    assert sorted(shm.remove_orphaned_segments()) == sorted([f"{prefix}-1", f"{prefix}.alive"])
+    assert sorted(segments.remove_orphaned_segments()) == sorted([f"{prefix}-1", f"{prefix}.alive"])
     assert not _exists(f"{prefix}-1") and not _exists(f"{prefix}.alive")
 
 
@@ -183,7 +185,7 @@ def test_a_lockless_segment_goes_only_when_its_pid_is_not_running() -> None:
         fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         os.close(fd)
     try:
-        assert shm.remove_orphaned_segments() == [dead]
+        assert segments.remove_orphaned_segments() == [dead]
         assert not _exists(dead) and _exists(alive)
     finally:
         for name in (dead, alive):
@@ -192,12 +194,14 @@ def test_a_lockless_segment_goes_only_when_its_pid_is_not_running() -> None:
 
 
 def test_a_running_process_pool_holds_its_prefix_alive() -> None:
-    loader = DataLoader(Samples(48, width=WIDTH), batch_size=4, num_workers=2, persistent_workers=True)
+    loader = DataLoader(
+        Samples(48, width=WIDTH), batch_size=4, num_workers=2, persistent_workers=True
+    )
     it = iter(loader)
     next(it)
     lock = f"{loader._pool.prefix}.alive"
     assert _exists(lock)
-    assert shm.remove_orphaned_segments() == []
+    assert segments.remove_orphaned_segments() == []
     loader.close()
     assert not _exists(lock)
 
@@ -213,9 +217,16 @@ def test_copy_batches_keeps_every_container_type() -> None:
         batch["ordered"] = OrderedDict(ids=np.array([s[0] for s in samples]))
         return batch
 
-    loader = DataLoader(Samples(16, width=WIDTH), batch_size=4, num_workers=2, copy_batches=True, collate_fn=collate)
+    loader = DataLoader(
+        Samples(16, width=WIDTH), batch_size=4, num_workers=2, copy_batches=True, collate_fn=collate
+    )
     batches = list(loader)
     assert [type(b).__name__ for b in batches] == ["defaultdict"] * 4
     assert all(b.default_factory is list and type(b["ordered"]) is OrderedDict for b in batches)
-    assert [b["ordered"]["ids"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert [b["ordered"]["ids"].tolist() for b in batches] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9, 10, 11],
+        [12, 13, 14, 15],
+    ]
     assert all(b["x"].flags.owndata for b in batches)  # copied out of shared memory

@@ -17,7 +17,7 @@ import stoker
 from engine.engine_datasets import Samples
 from harness import leaks as engine_harness
 from stoker import DataLoader
-from stoker.engine import shm
+from stoker.engine import slots
 
 _EXIT_WITHIN_S = 30.0
 _LINE_WITHIN_S = 30.0
@@ -173,7 +173,7 @@ def test_sigkilled_trainer_takes_its_workers_along_and_its_segments_are_swept(
     # PR_SET_PDEATHSIG: the kernel kills the workers the moment their parent dies
     assert engine_harness.wait_gone(workers) == [], "a process outlived its SIGKILLed trainer"
     # nobody could unlink the dead trainer's segments; the next slot pool does
-    pool = shm.SlotPool(count=1, size=4096)
+    pool = slots.SlotPool(count=1, size=4096)
     pool.close()
     assert engine_harness.shm_segments(proc.pid) == []
     # and the next process pool removes its stack-dump files from the temp directory
@@ -185,7 +185,11 @@ def test_sigkilled_trainer_takes_its_workers_along_and_its_segments_are_swept(
 def test_sigterm_to_the_trainer_stops_workers_and_frees_everything(handler: str, tmp_path) -> None:
     """How schedulers end a job. The default action still ends the trainer with SIGTERM's
     status; a handler of the user's, installed before, still decides (here: exit 7)."""
-    install = "import signal; signal.signal(signal.SIGTERM, lambda s, f: sys.exit(7))" if handler == "user" else ""
+    install = (
+        "import signal; signal.signal(signal.SIGTERM, lambda s, f: sys.exit(7))"
+        if handler == "user"
+        else ""
+    )
     proc = start_script(
         tmp_path,
         f"""
@@ -201,7 +205,10 @@ def test_sigterm_to_the_trainer_stops_workers_and_frees_everything(handler: str,
     assert read_line(proc) == "started"
     workers = engine_harness.descendants(proc.pid)
     assert len(workers) == 2
-    assert engine_harness.shm_segments(proc.pid) != [] and len(engine_harness.stack_files(proc.pid)) == 2
+    assert (
+        engine_harness.shm_segments(proc.pid) != []
+        and len(engine_harness.stack_files(proc.pid)) == 2
+    )
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=_EXIT_WITHIN_S)
     assert proc.returncode == (7 if handler == "user" else -signal.SIGTERM), err.decode()

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-__all__ = ["AutoTuner", "available_memory", "cpu_budget"]
+__all__ = ["AutoTuner", "Tunable", "available_memory", "cpu_budget"]
 
 WINDOW_BATCHES = 4
 WINDOW_S = 0.1
@@ -56,6 +56,26 @@ def available_memory() -> int:
     return 8 * 2**30
 
 
+class Tunable(Protocol):
+    """What the tuner reads and changes: the running epoch's workers and read-ahead."""
+
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def prefetch(self) -> int: ...
+
+    @property
+    def batch_bytes(self) -> int: ...
+
+    @property
+    def worker_idle_s(self) -> float: ...
+
+    def add_worker(self) -> None: ...
+
+    def set_prefetch(self, prefetch: int) -> None: ...
+
+
 @dataclass
 class AutoTuner:
     """Grows workers and prefetch while they cut the consumer's wait (see module doc)."""
@@ -70,46 +90,48 @@ class AutoTuner:
     _window_wait: float = 0.0
     _idle_start: float = 0.0
 
-    def batch_delivered(self, waited_s: float, iterator: Any) -> None:
+    def batch_delivered(self, waited_s: float, running: Tunable) -> None:
         """Called by the iterator after every batch; decides at the end of each window."""
         now = time.perf_counter()
         if not self._window_start:
-            self._begin(now, iterator)
+            self._begin(now, running)
             return
         self._window_batches += 1
         self._window_wait += waited_s
         elapsed = now - self._window_start
         if self._window_batches < WINDOW_BATCHES or elapsed < WINDOW_S:
             return
-        workers = iterator._pool.num_workers
-        idle = iterator._recorder.stats.worker_idle_s - self._idle_start
+        workers = running.workers
+        idle = running.worker_idle_s - self._idle_start
         busy_share = max(0.0, 1 - idle / (elapsed * workers)) if workers else 1.0
         wait_share = self._window_wait / elapsed
         if wait_share > WAIT_SHARE:
-            batch_bytes = iterator._batch_bytes or 0
+            batch_bytes = running.batch_bytes
             if busy_share > BUSY_SHARE:
-                if self.tune_workers and workers < self.max_workers and self._fits(
-                    batch_bytes, workers + 1, iterator._per_worker
+                if (
+                    self.tune_workers
+                    and workers < self.max_workers
+                    and self._fits(batch_bytes, workers + 1, running.prefetch)
                 ):
-                    iterator._add_worker()
+                    running.add_worker()
                     self.history.append(
                         f"worker {workers} added: consumer waited {100 * wait_share:.0f}% of the time, "
                         f"workers {100 * min(busy_share, 1):.0f}% busy"
                     )
-            elif self.tune_prefetch and iterator._per_worker < MAX_PREFETCH:  # workers starved of tasks
-                if self._fits(batch_bytes, workers, iterator._per_worker + 1):
-                    iterator._set_prefetch(iterator._per_worker + 1)
+            elif self.tune_prefetch and running.prefetch < MAX_PREFETCH:  # workers starved of tasks
+                if self._fits(batch_bytes, workers, running.prefetch + 1):
+                    running.set_prefetch(running.prefetch + 1)
                     self.history.append(
-                        f"prefetch_factor raised to {iterator._per_worker}: consumer waited "
+                        f"prefetch_factor raised to {running.prefetch}: consumer waited "
                         f"{100 * wait_share:.0f}% of the time, workers {100 * min(busy_share, 1):.0f}% busy"
                     )
-        self._begin(now, iterator)
+        self._begin(now, running)
 
-    def _begin(self, now: float, iterator: Any) -> None:
+    def _begin(self, now: float, running: Tunable) -> None:
         self._window_start = now
         self._window_batches = 0
         self._window_wait = 0.0
-        self._idle_start = iterator._recorder.stats.worker_idle_s
+        self._idle_start = running.worker_idle_s
 
     def _fits(self, batch_bytes: int, workers: int, prefetch: int) -> bool:
         need = batch_bytes * (workers * prefetch + 2)

@@ -51,7 +51,11 @@ class MapFetcher:
     )
 
     def __init__(
-        self, dataset: Any, auto_collation: bool, collate_fn: Callable[[Any], Any], skip_errors: bool = False
+        self,
+        dataset: Any,
+        auto_collation: bool,
+        collate_fn: Callable[[Any], Any],
+        skip_errors: bool = False,
     ):
         self._dataset = dataset
         self._collate = collate_fn
@@ -112,7 +116,9 @@ class MapFetcher:
                 randomness.end(previous)
         return self._timed_collate(samples, epoch_seed, batch_index, start, index)
 
-    def _timed_collate(self, samples: Any, epoch_seed: int, batch_index: int, start: float, index: Any) -> Any:
+    def _timed_collate(
+        self, samples: Any, epoch_seed: int, batch_index: int, start: float, index: Any
+    ) -> Any:
         fetched = perf_counter()
         batch = self._collate_in_scope(samples, epoch_seed, batch_index, index)
         self.fetch_s = fetched - start
@@ -136,7 +142,9 @@ class MapFetcher:
         self.slow_samples = tuple(sorted(slow, reverse=True)[:_KEEP_SLOW_SAMPLES])
         return samples
 
-    def _fetch_skipping(self, index: Any, epoch_seed: int, batch_index: int, position: int) -> list[Any]:
+    def _fetch_skipping(
+        self, index: Any, epoch_seed: int, batch_index: int, position: int
+    ) -> list[Any]:
         dataset = self._dataset
         if self._getitems is not None:
             scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
@@ -180,7 +188,15 @@ class IterableFetcher:
     the worker that reads it, so its augmentations may too.
     """
 
-    __slots__ = ("_collate", "_drop_last", "_ended", "_epoch_seed", "_iterator", "_taken", "batch_size")
+    __slots__ = (
+        "_collate",
+        "_drop_last",
+        "_ended",
+        "_epoch_seed",
+        "_iterator",
+        "_taken",
+        "batch_size",
+    )
 
     def __init__(
         self,

@@ -2,7 +2,9 @@
 
 Trainer -> worker: :class:`WorkerSpec` (once), :class:`StartEpoch`, :class:`Task`, and
 ``None`` to stop. Worker -> trainer: :class:`Ready`, :class:`Done`, :class:`Exhausted`,
-:class:`Failed`.
+:class:`Failed` (a task failed), :class:`StartupFailed` (the worker could not start).
+:class:`Undelivered` never crosses: the trainer makes it when an answer cannot be read.
+Messages are frozen dataclasses, built with keywords.
 """
 
 from __future__ import annotations
@@ -11,10 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stoker.engine.shm import SlotRef
+from stoker.engine.slots import SlotRef
 
 __all__ = [
-    "Undelivered","Done", "Exhausted", "Failed", "Ready", "StartEpoch", "Task", "WorkerSpec", "add_note"]
+    "Done",
+    "Exhausted",
+    "Failed",
+    "Failure",
+    "Ready",
+    "StartEpoch",
+    "StartupFailed",
+    "Task",
+    "Undelivered",
+    "WorkerSpec",
+    "add_note",
+]
 
 
 def add_note(error: BaseException, note: str) -> None:
@@ -119,17 +132,36 @@ class Exhausted:
 
 
 @dataclass(frozen=True, slots=True)
+class Failure:
+    """An exception on its way to the trainer: pickled when it can be, described always."""
+
+    pid: int
+    exception: bytes | None  # the pickled exception, None when it cannot be rebuilt
+    type_name: str
+    text: str
+    traceback: str
+
+    __reduce__ = _reduce
+
+
+@dataclass(frozen=True, slots=True)
 class Failed:
-    """The dataset, collate_fn or worker_init_fn raised; ``task_id`` is -1 for start-up."""
+    """Loading the batch of ``task_id`` raised (the dataset, collate_fn, or sending it)."""
 
     task_id: int
     epoch: int
     worker_id: int
-    pid: int
-    exception: bytes | None
-    type_name: str
-    text: str
-    traceback: str
+    failure: Failure
+
+    __reduce__ = _reduce
+
+
+@dataclass(frozen=True, slots=True)
+class StartupFailed:
+    """The worker could not start: receiving its spec, worker_init_fn or set_epoch raised."""
+
+    worker_id: int
+    failure: Failure
 
     __reduce__ = _reduce
 

@@ -23,7 +23,7 @@ copy closed and touches nothing of the trainer's.
 A worker process also leaves by itself when the trainer disappears: the kernel sends it
 SIGKILL (``PR_SET_PDEATHSIG`` on Linux) and its loop checks its parent every second.
 Segments left by a trainer killed with SIGKILL are unlinked by the next pool created
-(:func:`stoker.engine.shm.remove_orphaned_segments`), and its stack-dump files by the next
+(:func:`stoker.engine.segments.remove_orphaned_segments`), and its stack-dump files by the next
 process pool (:func:`_remove_orphaned_stack_files`). Workers ignore SIGINT: Ctrl-C
 reaches the trainer, whose shutdown stops them.
 """
@@ -47,13 +47,14 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stoker import randomness
-from stoker.engine import shm, termination, transport
+from stoker.engine import segments, slots, termination, transport
 from stoker.engine.messages import Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
+from stoker.profiling.memory import GrowthWatch
 
 __all__ = ["Death", "PoolState", "WorkerPool"]
 
@@ -92,7 +93,9 @@ class Death:
                     "num_workers or prefetch_factor, or keep less per-sample data in memory)"
                 )
             elif signum == signal.SIGSEGV:
-                cause += " (a segmentation fault in native code: a C extension used by the dataset?)"
+                cause += (
+                    " (a segmentation fault in native code: a C extension used by the dataset?)"
+                )
             elif signum == signal.SIGBUS:
                 cause += (
                     " (a bus error: a memory-mapped file was read past its end. Either /dev/shm is "
@@ -123,6 +126,30 @@ class _ThreadWorker:
         self.tasks = tasks
 
 
+@dataclass(slots=True)
+class Pending:
+    """A task sent to a worker and not answered yet: enough to re-issue it or name it."""
+
+    worker_id: int
+    indices: Any
+    slot: slots.SlotRef | None
+    batch_index: int
+    position: int
+    restarts: int = 0
+
+
+@dataclass(slots=True)
+class Ledger:
+    """Tasks in flight on a pool; outlives an iterator when workers are persistent."""
+
+    pending: dict[int, Pending] = field(default_factory=dict)
+    load: list[int] = field(default_factory=list)  # tasks in flight per worker
+    next_task: int = 0
+    generation: int = 0  # which iterator owns the pool now (a newer one supersedes the older)
+    shm_disabled: bool = False  # the slot pool could not be made: batches travel through pipes
+    slot_warning_given: bool = False
+
+
 class WorkerPool:
     """Runs ``num_workers`` workers of one kind and carries messages to and from them.
 
@@ -134,9 +161,11 @@ class WorkerPool:
     """
 
     def __init__(self, spec: WorkerSpec, num_workers: int, mode: str, context: Any) -> None:
-        self.prefix = shm.new_prefix()
-        if mode == "process" and shm.shm_available():
-            shm.hold_prefix(self.prefix)  # the pool's segments are alive while the lock is held
+        self.prefix = segments.new_prefix()
+        if mode == "process" and segments.shm_available():
+            segments.hold_prefix(
+                self.prefix
+            )  # the pool's segments are alive while the lock is held
             spec = dataclasses.replace(spec, segment_prefix=self.prefix)
         self.spec = spec
         self.num_workers = num_workers
@@ -144,8 +173,16 @@ class WorkerPool:
         self.context = context or multiprocessing.get_context()
         self.state = PoolState.RUNNING
         self._owner_pid = os.getpid()  # only this process may shut the pool down
-        self.slots: shm.SlotPool | None = None
+        self.slots: slots.SlotPool | None = (
+            None  # made by the first epoch, once a batch's size is known
+        )
         self.pids: dict[int, int] = {}
+        self.ledger = Ledger(
+            load=[0] * num_workers
+        )  # tasks in flight: outlives an epoch's iterator
+        self.memory_watch = GrowthWatch()  # the workers' private memory, for the growth warning
+        self.batch_bytes: int | None = None  # a batch's shared-memory bytes, once one was seen
+        self.warned_unsharded = False
         self._workers: list[Any] = [None] * num_workers
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()  # thread mode
         self._stack_files: list[str | None] = [None] * num_workers
@@ -157,7 +194,9 @@ class WorkerPool:
         self._selector: selectors.BaseSelector | None = None
         self._unsent: list[int] = []
         if mode == "process":
-            termination.register(self)  # SIGTERM stops it (and its segments go) before the trainer ends
+            termination.register(
+                self
+            )  # SIGTERM stops it (and its segments go) before the trainer ends
             _remove_orphaned_stack_files()
             # Wrap the global RNG functions here, before forking, so each worker inherits the
             # wrapped modules instead of re-wrapping them after fork (2 ms of page copies each).
@@ -346,6 +385,7 @@ class WorkerPool:
         self._close_selector()
         self._workers.append(None)
         self._stack_files.append(None)
+        self.ledger.load.append(0)
         self.num_workers += 1
         self._start(worker_id)
         self._send_specs()
@@ -361,7 +401,9 @@ class WorkerPool:
         if self.spec.segment_prefix is None:
             return pickle.dumps(self.spec, protocol=pickle.HIGHEST_PROTOCOL)
         try:  # sparse: only what is written takes memory
-            writer = shm.OneoffWriter(f"{self.prefix}-spec", min(shm.free_bytes(), 1 << 36), shared=True)
+            writer = slots.OneoffWriter(
+                f"{self.prefix}-spec", min(segments.free_bytes(), 1 << 36), shared=True
+            )
         except OSError:
             return pickle.dumps(self.spec, protocol=pickle.HIGHEST_PROTOCOL)
         try:
@@ -448,7 +490,11 @@ class WorkerPool:
             except transport.UnreadableAnswer as exc:  # that batch's error, not the worker's end
                 answer = exc.message
                 error = exc.__cause__ or exc
-                yield worker_id, Undelivered(answer.task_id, answer.epoch, worker_id, error), exc.leased
+                yield (
+                    worker_id,
+                    Undelivered(answer.task_id, answer.epoch, worker_id, error),
+                    exc.leased,
+                )
                 continue
             finally:
                 self.transport_s += time.perf_counter() - began
@@ -483,7 +529,11 @@ class WorkerPool:
         worker = self._workers[worker_id]
         if isinstance(worker, _ThreadWorker):
             frame = sys._current_frames().get(worker.thread.ident or -1)
-            return "".join(traceback.format_stack(frame)) if frame is not None else "(thread not running)"
+            return (
+                "".join(traceback.format_stack(frame))
+                if frame is not None
+                else "(thread not running)"
+            )
         path = self._stack_files[worker_id]
         if path is None or worker.process.pid is None:
             return "(no stack available)"
@@ -550,7 +600,7 @@ class WorkerPool:
         finally:
             if self.slots is not None:
                 self.slots.close()
-            shm.sweep(self.prefix)
+            segments.sweep(self.prefix)
             for path in self._stack_files:
                 if path is not None:
                     with contextlib.suppress(OSError):
@@ -570,17 +620,17 @@ def _is_pickle_error(exc: BaseException) -> bool:
 
 def _unpicklable_part(spec: WorkerSpec) -> tuple[str, str] | None:
     """("dataset" / "collate_fn" / "worker_init_fn", its name) of the first that fails to pickle."""
-    for field in ("dataset", "collate_fn", "worker_init_fn"):
-        value = getattr(spec, field)
+    for part in ("dataset", "collate_fn", "worker_init_fn"):
+        value = getattr(spec, part)
         try:
             pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except RuntimeError:
             continue  # multiprocessing objects: picklable while a process starts
         except Exception:
-            if field == "dataset":
-                return field, type(value).__name__
+            if part == "dataset":
+                return part, type(value).__name__
             name = getattr(value, "__qualname__", None) or type(value).__name__
-            return field, name.rsplit(".", 1)[-1]
+            return part, name.rsplit(".", 1)[-1]
     return None
 
 

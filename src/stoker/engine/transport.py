@@ -1,17 +1,17 @@
 """Encoding a collated batch for the trip from a process worker to the trainer.
 
 The batch is pickled with a ``persistent_id`` hook: every numpy array (and CPU torch
-tensor) large enough to matter is replaced by a reference into the task's shared-memory
-slot (collate already wrote most of them there), so only a few hundred bytes of
+tensor) large enough to matter is replaced by an :class:`ArrayRef` into the task's shared
+memory (collate already wrote most of them there), so only a few hundred bytes of
 structure cross the pipe. On the trainer's side ``persistent_load`` turns each reference
 back into a zero-copy view of the leased slot. Arrays smaller than
 :data:`INLINE_MAX_BYTES`, object arrays and arrays that do not fit travel inside the
 pickle.
 
-A CPU tensor that travels inside the pickle does so as the numpy array it views, rebuilt
-with ``torch.from_numpy``: torch's own pickling of a tensor costs about 35 us at each end
-however small the tensor (a batch's labels, lengths and ids are three of them), against
-2-3 us for the array.
+A CPU tensor that travels inside the pickle does so as the numpy array it views
+(:class:`InlineTensor`), rebuilt with ``torch.from_numpy``: torch's own pickling of a
+tensor costs about 35 us at each end however small the tensor (a batch's labels, lengths
+and ids are three of them), against 2-3 us for the array.
 """
 
 from __future__ import annotations
@@ -20,23 +20,58 @@ import io
 import pickle
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from stoker.engine import shm
-from stoker.engine.shm import SlotAllocator
+from stoker.engine import segments
+from stoker.engine.slots import OneoffWriter, SlotAllocator, SlotKind, SlotRef
 
-__all__ = ["INLINE_MAX_BYTES", "SHM_MIN_BATCH_BYTES", "UnreadableAnswer", "array_bytes", "decode", "encode"]
+__all__ = [
+    "INLINE_MAX_BYTES",
+    "SHM_MIN_BATCH_BYTES",
+    "ArrayRef",
+    "InlineTensor",
+    "UnreadableAnswer",
+    "array_bytes",
+    "decode",
+    "encode",
+]
 
 INLINE_MAX_BYTES = 2048  # a smaller array travels inside the pickle
 SHM_MIN_BATCH_BYTES = 64 * 1024  # a smaller batch travels inline: a pipe write beats a segment
 _NDARRAY = np.ndarray
-_INLINE_TENSOR = "ti"  # persistent id of a CPU tensor sent inline as its numpy array
 
 
-def encode(message: Any, allocator: SlotAllocator | shm.OneoffWriter | None) -> bytes:
-    """Pickles ``message``, moving its large arrays into ``allocator``'s slot when given."""
+def _reduce(self: Any) -> tuple[Any, tuple[Any, ...]]:
+    return type(self), tuple([getattr(self, name) for name in self.__slots__])
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRef:
+    """An array (or a CPU tensor's data) that lies in shared memory: where, and what it is."""
+
+    memory: SlotRef
+    offset: int
+    shape: tuple[int, ...]
+    dtype: Any  # the dtype's short string when that rebuilds it exactly, else the dtype
+    tensor: bool  # rebuild it as a torch tensor over the array
+
+    __reduce__ = _reduce
+
+
+@dataclass(frozen=True, slots=True)
+class InlineTensor:
+    """A small CPU tensor that travels inside the pickle as the numpy array it views."""
+
+    array: np.ndarray
+
+    __reduce__ = _reduce
+
+
+def encode(message: Any, allocator: SlotAllocator | OneoffWriter | None) -> bytes:
+    """Pickles ``message``, moving its large arrays into ``allocator``'s memory when given."""
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
     torch = sys.modules.get("torch")
@@ -44,20 +79,14 @@ def encode(message: Any, allocator: SlotAllocator | shm.OneoffWriter | None) -> 
     if allocator is None and tensor_type is None:
         pickler.dump(message)
         return buffer.getvalue()
-    slot_key: int | tuple[Any, ...] | None = None
-    if allocator is not None:
-        slot_key = allocator.ref.index
-        if slot_key == -1:  # a one-off segment: the trainer finds it by name, then unlinks it
-            slot_key = (allocator.ref.name, allocator.ref.size)
-        elif slot_key == -2:  # a shared segment (a dataset sent to spawned workers): kept
-            slot_key = (allocator.ref.name, allocator.ref.size, True)
+    memory = allocator.ref if allocator is not None else None
 
     def persistent_id(obj: Any) -> Any:
         kind = type(obj)
         if kind is _NDARRAY:
-            array, tag = obj, "n"
+            array, tensor = obj, False
         elif kind is tensor_type and obj.device.type == "cpu":
-            array, tag = _tensor_array(obj), "t"
+            array, tensor = _tensor_array(obj), True
             if array is None:
                 return None
         else:
@@ -65,8 +94,8 @@ def encode(message: Any, allocator: SlotAllocator | shm.OneoffWriter | None) -> 
         if allocator is not None and array.nbytes >= INLINE_MAX_BYTES:
             offset = allocator.place(array)
             if offset is not None:
-                return (tag, slot_key, offset, array.shape, _dtype_token(array.dtype))
-        return (_INLINE_TENSOR, array) if tag == "t" else None
+                return ArrayRef(memory, offset, array.shape, _dtype_token(array.dtype), tensor)
+        return InlineTensor(array) if tensor else None
 
     pickler.persistent_id = persistent_id  # type: ignore[method-assign]
     pickler.dump(message)
@@ -107,43 +136,49 @@ class UnreadableAnswer(Exception):
         self.leased = leased
 
 
+def _map(memory: SlotRef, lease: Callable[[int], object]) -> object:
+    if memory.kind is SlotKind.POOL:
+        return lease(memory.index)
+    if memory.kind is SlotKind.ONEOFF:
+        return segments.lease_oneoff(memory.name, memory.size)
+    return segments.map_shared(memory.name, memory.size)
+
+
 def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any]]:
     """Unpickles a message; returns it and the shared memory whose views it holds.
 
     ``lease(slot_index)`` is called once per pool slot that the message references and
     returns the buffer the arrays view (see :meth:`SlotPool.lease`); one-off segments
     are mapped and unlinked here. The returned set holds the pool slot indices (ints)
-    and the ``(name, size)`` of the one-off segments the message's arrays view.
+    and the names of the other segments the message's arrays view.
     """
     leases: dict[Any, object] = {}
     failures: list[OSError] = []
     unpickler = pickle.Unpickler(io.BytesIO(payload))
 
-    def persistent_load(ref: tuple[Any, ...]) -> Any:
-        if ref[0] == _INLINE_TENSOR:
+    def persistent_load(ref: ArrayRef | InlineTensor) -> Any:
+        if type(ref) is InlineTensor:
             import torch
 
-            array = ref[1]
+            array = ref.array
             return torch.from_numpy(array if array.flags.writeable else array.copy())
-        tag, slot_key, offset, shape, dtype_token = ref
-        buffer = leases.get(slot_key)
+        memory = ref.memory
+        key = memory.index if memory.kind is SlotKind.POOL else memory.name
+        buffer = leases.get(key)
         if buffer is None:
             try:
-                if isinstance(slot_key, tuple) and len(slot_key) == 3:
-                    buffer = leases[slot_key] = shm.map_shared(slot_key[0], slot_key[1])
-                elif isinstance(slot_key, tuple):
-                    buffer = leases[slot_key] = shm.lease_oneoff(*slot_key)
-                else:
-                    buffer = leases[slot_key] = lease(slot_key)
+                buffer = leases[key] = _map(memory, lease)
             except OSError as exc:  # read the rest of the message, so its task is known
                 failures.append(exc)
                 return None
-        dtype = np.dtype(dtype_token)
+        dtype = np.dtype(ref.dtype)
         count = 1
-        for n in shape:
+        for n in ref.shape:
             count *= n
-        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)  # type: ignore[call-overload]
-        if tag == "t":
+        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=ref.offset).reshape(
+            ref.shape
+        )  # type: ignore[call-overload]
+        if ref.tensor:
             import torch
 
             return torch.from_numpy(array)

@@ -41,16 +41,19 @@ from typing import Any
 import numpy as np
 
 from stoker import randomness
+from stoker._proc import pid_exists
 from stoker._worker_info import WorkerInfo, WorkerRNG, _consulted, _set_worker_info
 from stoker.collate import collate_into
-from stoker.engine import shm, transport
+from stoker.engine import segments, slots, transport
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.messages import (
     Done,
     Exhausted,
     Failed,
+    Failure,
     Ready,
     StartEpoch,
+    StartupFailed,
     Task,
     WorkerSpec,
     add_note,
@@ -119,7 +122,9 @@ def run_worker_init_fn(spec: WorkerSpec, info: WorkerInfo, owns_process: bool) -
     if not owns_process:
         if seeded:
             names = [_GENERATOR_NAMES[g] for g in randomness.GENERATORS if g in seeded]
-            what = " and ".join(names) + (" global generators" if len(names) > 1 else " global generator")
+            what = " and ".join(names) + (
+                " global generators" if len(names) > 1 else " global generator"
+            )
             msg = (
                 f"worker_init_fn seeded {what} in a thread worker, but thread workers share the "
                 "trainer's global generators: draws made while loading still come from stoker's "
@@ -137,16 +142,14 @@ def run_worker_init_fn(spec: WorkerSpec, info: WorkerInfo, owns_process: bool) -
     return left
 
 
-def failure(task_id: int, epoch: int, worker_id: int, exc: BaseException) -> Failed:
+def describe_failure(exc: BaseException) -> Failure:
+    """``exc`` as it travels to the trainer: pickled when it can be rebuilt, described always."""
     try:
         blob: bytes | None = pickle.dumps(exc)
         pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
     except Exception:
         blob = None
-    return Failed(
-        task_id=task_id,
-        epoch=epoch,
-        worker_id=worker_id,
+    return Failure(
         pid=os.getpid(),
         exception=blob,
         type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
@@ -159,8 +162,8 @@ def run_worker(
     worker_id: int,
     spec: WorkerSpec,
     receive: Callable[[], Any],
-    send: Callable[[Any, shm.SlotAllocator | None], None],
-    attach: Callable[[shm.SlotRef], shm.SlotAllocator] | None,
+    send: Callable[[Any, slots.SlotAllocator | None], None],
+    attach: Callable[[slots.SlotRef], slots.SlotAllocator] | None,
     seed_globals: bool = True,
 ) -> None:
     """The loop itself. ``receive()`` returns the next message (``None`` to stop).
@@ -168,91 +171,163 @@ def run_worker(
     ``seed_globals``: the worker owns its process, so it may seed the global RNGs and set
     process-wide state (process workers; a thread worker shares both with the trainer).
     """
-    epoch, epoch_seed, fetcher = -1, 0, None
-    initialised = False  # worker_init_fn runs at the first StartEpoch, once seeded
-    left_to_user: frozenset[str] = frozenset()
-    method = "multiprocessing" if seed_globals else "thread"
-    send(Ready(worker_id, os.getpid()), None)
-    idle = 0.0
+    loop = _WorkerLoop(worker_id, spec, send, attach, seed_globals)
+    send(Ready(worker_id=worker_id, pid=os.getpid()), None)
     while True:
         waiting = perf_counter()
         message = receive()
-        idle += perf_counter() - waiting
+        loop.idle += perf_counter() - waiting
         if message is None:
             return
         if isinstance(message, StartEpoch):
-            epoch, epoch_seed = message.epoch, message.seed
-            seed = message.seed + worker_id
-            rng = None if seed_globals else WorkerRNG.seeded(seed)
-            info = WorkerInfo(
-                id=worker_id, num_workers=spec.num_workers, seed=seed, dataset=spec.dataset, rng=rng, worker_method=method
-            )
-            _set_worker_info(info, owns_process=seed_globals)
-            if seed_globals:
-                seed_worker(seed, skip=left_to_user)
-            if not initialised:
-                initialised = True
-                try:
-                    left_to_user = run_worker_init_fn(spec, info, seed_globals)
-                except BaseException as exc:
-                    send(failure(-1, epoch, worker_id, exc), None)
-                    return
+            if not loop.start_epoch(message):
+                return
+        else:
+            loop.run_task(message)
+
+
+class _WorkerLoop:
+    """One worker's state between messages: its epoch, seed, fetcher and idle time."""
+
+    def __init__(
+        self,
+        worker_id: int,
+        spec: WorkerSpec,
+        send: Callable[[Any, slots.SlotAllocator | None], None],
+        attach: Callable[[slots.SlotRef], slots.SlotAllocator] | None,
+        seed_globals: bool,
+    ) -> None:
+        self.worker_id, self.spec, self.send, self.attach = worker_id, spec, send, attach
+        self.seed_globals = seed_globals
+        self.method = "multiprocessing" if seed_globals else "thread"
+        self.epoch, self.epoch_seed = -1, 0
+        self.fetcher: MapFetcher | IterableFetcher | None = None
+        self.initialised = False  # worker_init_fn runs at the first StartEpoch, once seeded
+        self.left_to_user: frozenset[str] = frozenset()
+        self.idle = 0.0  # time spent waiting for work since the last answer (autotuning)
+
+    def start_epoch(self, message: StartEpoch) -> bool:
+        """Seeds the worker for the epoch (worker_init_fn the first time); False: it failed."""
+        spec, worker_id = self.spec, self.worker_id
+        self.epoch, self.epoch_seed = message.epoch, message.seed
+        seed = message.seed + worker_id
+        rng = None if self.seed_globals else WorkerRNG.seeded(seed)
+        info = WorkerInfo(
+            id=worker_id, num_workers=spec.num_workers, seed=seed, dataset=spec.dataset, rng=rng,
+            worker_method=self.method,
+        )  # fmt: skip
+        _set_worker_info(info, owns_process=self.seed_globals)
+        if self.seed_globals:
+            seed_worker(seed, skip=self.left_to_user)
+        try:
+            if not self.initialised:
+                self.initialised = True
+                self.left_to_user = run_worker_init_fn(spec, info, self.seed_globals)
             set_epoch = getattr(spec.dataset, "set_epoch", None)
             if callable(set_epoch):
-                try:
-                    set_epoch(epoch)
-                except BaseException as exc:
-                    send(failure(-1, epoch, worker_id, exc), None)
-                    return
-            fetcher = None
-            continue
-        task: Task = message
+                set_epoch(message.epoch)
+        except BaseException as exc:
+            self.send(StartupFailed(worker_id=worker_id, failure=describe_failure(exc)), None)
+            return False
+        self.fetcher = None
+        return True
+
+    def run_task(self, task: Task) -> None:
+        """Loads the task's batch (into its slot) and answers: Done, Exhausted or Failed."""
         allocator = None
         try:
-            if attach is not None and task.slot is not None:
-                allocator = attach(task.slot)
-            if fetcher is None:
-                fetcher = (
-                    IterableFetcher(
-                        spec.dataset, spec.batch_size, spec.collate_fn, spec.drop_last, epoch_seed + worker_id
-                    )
-                    if spec.iterable
-                    else MapFetcher(spec.dataset, spec.auto_collation, spec.collate_fn, spec.skip_errors)
-                )
-            with collate_into(allocator) if allocator is not None else contextlib.nullcontext():
-                if spec.iterable:
-                    batch = fetcher.fetch(task.batch_index)  # type: ignore[call-arg]
-                else:
-                    batch = fetcher.fetch(task.indices, epoch_seed, task.batch_index, task.position)  # type: ignore[call-arg]
+            if self.attach is not None and task.slot is not None:
+                allocator = self.attach(task.slot)
+            batch = self._fetch(task, allocator)
         except StopIteration:
-            send(Exhausted(task.task_id, epoch, worker_id), None)
-            continue
-        except AllSkipped:
-            skipped = fetcher.take_skipped()  # type: ignore[union-attr]
-            send(Done(task.task_id, epoch, worker_id, None, 0, 0, True, skipped, True), None)
-            continue
-        except BaseException as exc:
-            send(failure(task.task_id, epoch, worker_id, exc), None)
-            continue
-        shards = not spec.iterable or _consulted()
-        used, overflow = (allocator.used, allocator.overflow) if allocator is not None else (0, 0)
-        if isinstance(fetcher, MapFetcher):
-            done = Done(
-                task.task_id, epoch, worker_id, batch, used, overflow, shards, fetcher.take_skipped(), False,
-                fetcher.fetch_s, fetcher.collate_s, fetcher.slow_samples, idle,
+            self.send(
+                Exhausted(task_id=task.task_id, epoch=self.epoch, worker_id=self.worker_id), None
             )
-        else:
-            done = Done(task.task_id, epoch, worker_id, batch, used, overflow, shards, idle_s=idle)
-        idle = 0.0
+            return
+        except AllSkipped:
+            skipped = self.fetcher.take_skipped()  # type: ignore[union-attr]
+            self._answer(task, None, None, skipped=skipped, empty=True)
+            return
+        except BaseException as exc:
+            self._fail(task, exc)
+            return
         try:
-            send(done, allocator)
-        except Exception as exc:  # the answer cannot be encoded: that batch's error, not the worker's end
+            self._answer(task, batch, allocator)
+        except (
+            Exception
+        ) as exc:  # the answer cannot be encoded: that batch's error, not the worker's end
             add_note(
                 exc,
                 "stoker could not send this batch to the trainer: a process worker pickles what "
                 "collate_fn returns (its numpy arrays and tensors travel through shared memory)",
             )
-            send(failure(task.task_id, epoch, worker_id, exc), None)
+            self._fail(task, exc)
+
+    def _fetch(self, task: Task, allocator: slots.SlotAllocator | None) -> Any:
+        spec = self.spec
+        if self.fetcher is None:
+            self.fetcher = (
+                IterableFetcher(
+                    spec.dataset,
+                    spec.batch_size,
+                    spec.collate_fn,
+                    spec.drop_last,
+                    self.epoch_seed + self.worker_id,
+                )
+                if spec.iterable
+                else MapFetcher(
+                    spec.dataset, spec.auto_collation, spec.collate_fn, spec.skip_errors
+                )
+            )
+        with collate_into(allocator) if allocator is not None else contextlib.nullcontext():
+            if spec.iterable:
+                return self.fetcher.fetch(task.batch_index)  # type: ignore[call-arg]
+            return self.fetcher.fetch(
+                task.indices, self.epoch_seed, task.batch_index, task.position
+            )  # type: ignore[call-arg]
+
+    def _answer(
+        self,
+        task: Task,
+        batch: Any,
+        allocator: slots.SlotAllocator | None,
+        *,
+        skipped: tuple = (),
+        empty: bool = False,
+    ) -> None:
+        fetcher = self.fetcher
+        stages: dict[str, Any] = {}
+        if isinstance(fetcher, MapFetcher) and not empty:
+            skipped = fetcher.take_skipped()
+            stages = {
+                "fetch_s": fetcher.fetch_s,
+                "collate_s": fetcher.collate_s,
+                "slow": fetcher.slow_samples,
+            }
+        done = Done(
+            task_id=task.task_id,
+            epoch=self.epoch,
+            worker_id=self.worker_id,
+            batch=batch,
+            nbytes=allocator.used if allocator is not None else 0,
+            overflow=allocator.overflow if allocator is not None else 0,
+            shards=not self.spec.iterable or _consulted(),
+            skipped=skipped,
+            empty=empty,
+            idle_s=self.idle,
+            **stages,
+        )
+        self.idle = 0.0
+        self.send(done, allocator)
+
+    def _fail(self, task: Task, exc: BaseException) -> None:
+        failed = Failed(
+            task_id=task.task_id,
+            epoch=self.epoch,
+            worker_id=self.worker_id,
+            failure=describe_failure(exc),
+        )
+        self.send(failed, None)
 
 
 class _Sender:
@@ -315,15 +390,6 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def process_worker_main(
     worker_id: int,
@@ -344,7 +410,9 @@ def process_worker_main(
     first_ppid = os.getppid()
 
     def trainer_gone() -> bool:
-        return os.getppid() != first_ppid or (first_ppid != parent_pid and not _pid_exists(parent_pid))
+        return os.getppid() != first_ppid or (
+            first_ppid != parent_pid and not pid_exists(parent_pid)
+        )
 
     if trainer_gone():
         return
@@ -357,63 +425,92 @@ def process_worker_main(
         if stack is not None:  # the trainer asks for our stack with SIGUSR1 when we hang
             faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     except BaseException as exc:  # the trainer hears why, instead of guessing from an exit status
-        if trainer_gone():
-            return
-        add_note(exc, "while the worker was starting (receiving the dataset, collate_fn and worker_init_fn)")
-        with contextlib.suppress(Exception):
-            result_conn.send_bytes(transport.encode(failure(-1, -1, worker_id, exc), None))
+        if not trainer_gone():
+            _report_startup_failure(worker_id, exc, result_conn)
         return
-    mappings: dict[int, tuple[str, Any]] = {}  # slot index -> (segment name, mmap)
-    allocators: dict[int, shm.SlotAllocator] = {}
-    sender = _Sender(result_conn)
+    ends = _ProcessEnds(task_conn, result_conn, spec.segment_prefix, trainer_gone)
+    try:
+        run_worker(worker_id, spec, ends.receive, ends.send, ends.attach)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ends.close()
+        if stack is not None:
+            faulthandler.unregister(signal.SIGUSR1)
+            stack.close()
 
-    def receive() -> Any:
-        while not task_conn.poll(_PARENT_POLL_S):
-            if trainer_gone():
+
+def _report_startup_failure(worker_id: int, exc: BaseException, result_conn: Any) -> None:
+    add_note(
+        exc,
+        "while the worker was starting (receiving the dataset, collate_fn and worker_init_fn)",
+    )
+    with contextlib.suppress(Exception):
+        failed = StartupFailed(worker_id=worker_id, failure=describe_failure(exc))
+        result_conn.send_bytes(transport.encode(failed, None))
+
+
+class _ProcessEnds:
+    """A process worker's ends of its pipes and its mappings of the trainer's slots."""
+
+    def __init__(
+        self,
+        task_conn: Any,
+        result_conn: Any,
+        segment_prefix: str | None,
+        trainer_gone: Callable[[], bool],
+    ) -> None:
+        self._task_conn = task_conn
+        self._segment_prefix = segment_prefix
+        self._trainer_gone = trainer_gone
+        self._sender = _Sender(result_conn)
+        self._mappings: dict[int, tuple[str, Any]] = {}  # slot index -> (segment name, mmap)
+        self._allocators: dict[int, slots.SlotAllocator] = {}
+
+    def receive(self) -> Any:
+        """The trainer's next message; None once it is gone or hung up."""
+        while not self._task_conn.poll(_PARENT_POLL_S):
+            if self._trainer_gone():
                 return None
         try:
-            return task_conn.recv()
+            return self._task_conn.recv()
         except (EOFError, OSError):
             return None
 
-    def send(message: Any, allocator: shm.SlotAllocator | None) -> None:
+    def send(self, message: Any, allocator: slots.SlotAllocator | None) -> None:
+        """Sends an answer; a batch without a slot goes through a one-off segment if large."""
         oneoff = None
-        if allocator is None and isinstance(message, Done) and spec.segment_prefix is not None:
+        if allocator is None and isinstance(message, Done) and self._segment_prefix is not None:
             nbytes, count = transport.array_bytes(message.batch)
             if nbytes >= transport.SHM_MIN_BATCH_BYTES:
                 with contextlib.suppress(OSError):
-                    oneoff = shm.OneoffWriter(spec.segment_prefix, nbytes + _ALIGN_SLACK * count)
+                    oneoff = slots.OneoffWriter(self._segment_prefix, nbytes + _ALIGN_SLACK * count)
         try:
             payload = transport.encode(message, allocator or oneoff)
         finally:
             if oneoff is not None:  # its arrays are written: the segment outlives the fd
                 oneoff.close()
-        sender.put(payload)
+        self._sender.put(payload)
 
-    def attach(ref: shm.SlotRef) -> shm.SlotAllocator:
-        allocator = allocators.get(ref.index)
+    def attach(self, ref: slots.SlotRef) -> slots.SlotAllocator:
+        """An allocator writing into the slot ``ref`` names (mapped once, remapped if replaced)."""
+        allocator = self._allocators.get(ref.index)
         if allocator is None or allocator.ref != ref:
-            old = mappings.pop(ref.index, None)
+            old = self._mappings.pop(ref.index, None)
             if old is not None:  # the trainer replaced this slot with a bigger segment
-                allocators.pop(ref.index, None)
+                self._allocators.pop(ref.index, None)
                 with contextlib.suppress(BufferError):
                     old[1].close()
-            mapping = shm.attach(ref.name, ref.size)
-            mappings[ref.index] = (ref.name, mapping)
-            allocator = allocators[ref.index] = shm.SlotAllocator(ref, mapping)
+            mapping = segments.attach(ref.name, ref.size)
+            self._mappings[ref.index] = (ref.name, mapping)
+            allocator = self._allocators[ref.index] = slots.SlotAllocator(ref, mapping)
         allocator.reset()
         return allocator
 
-    try:
-        run_worker(worker_id, spec, receive, send, attach)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sender.close(_SENDER_FLUSH_TIMEOUT_S)
-        allocators.clear()
-        for _name, mapping in mappings.values():
+    def close(self) -> None:
+        """Flushes what is still being sent and unmaps every slot."""
+        self._sender.close(_SENDER_FLUSH_TIMEOUT_S)
+        self._allocators.clear()
+        for _name, mapping in self._mappings.values():
             with contextlib.suppress(BufferError):
                 mapping.close()
-        if stack is not None:
-            faulthandler.unregister(signal.SIGUSR1)
-            stack.close()

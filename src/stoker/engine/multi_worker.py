@@ -5,9 +5,15 @@ per worker (map-style datasets: one of the epoch's first tasks to each worker, t
 least-loaded worker; iterable datasets: in strict rotation, as torch does, so the stream
 order is torch's; with ``in_order=False`` a busy worker's turn passes to the next), and
 delivers batches in task order (``in_order=True``) or as they arrive (``in_order=False``;
-still bounded by the tasks in flight). Every batch-sized array travels through a
-shared-memory slot (:mod:`stoker.engine.shm`) once the first batches have shown how big a
-batch is; until then, and for small batches, batches travel inline.
+still bounded by the tasks in flight and by ``memory_budget``). Every batch-sized array
+travels through a shared-memory slot (:mod:`stoker.engine.slots`) once the first batches
+have shown how big a batch is; until then through one-off segments, and small batches
+travel inline.
+
+It works from an :class:`~stoker.engine.plan.EpochPlan` and reports back through
+:class:`~stoker.engine.plan.EpochHooks`; it never sees the loader. It is also what the
+autotuner drives (:class:`~stoker.engine.autotune.Tunable`: ``workers``, ``prefetch``,
+``batch_bytes``, ``worker_idle_s``, ``add_worker()``, ``set_prefetch()``).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,48 +32,29 @@ import numpy as np
 from stoker._errors import ShmError, WorkerError
 from stoker._progress import Progress
 from stoker._tree import rebuild
-from stoker.engine import shm, transport
+from stoker.engine import segments, slots, transport
+from stoker.engine.autotune import AutoTuner
 from stoker.engine.messages import (
     Done,
     Exhausted,
     Failed,
+    Failure,
     Ready,
     StartEpoch,
+    StartupFailed,
     Task,
     Undelivered,
     add_note,
 )
-from stoker.engine.pool import Death, PoolState, WorkerPool
-from stoker.profiling.memory import GrowthWatch
+from stoker.engine.plan import EpochHooks, EpochPlan
+from stoker.engine.pool import Death, Pending, PoolState, WorkerPool
+from stoker.profiling.stats import StatsRecorder
 
-__all__ = ["Ledger", "MultiWorkerIterator"]
+__all__ = ["MultiWorkerIterator"]
 
 _POLL_S = 1.0  # a dead thread worker is noticed within this; process deaths wake us at once
-_SLOT_HEADROOM = 1.25
 _MAX_RESTARTS_PER_TASK = 3
 _SKIP = object()
-
-
-@dataclass(slots=True)
-class _Pending:
-    worker_id: int
-    indices: Any
-    slot: shm.SlotRef | None
-    batch_index: int
-    position: int
-    restarts: int = 0
-
-
-@dataclass(slots=True)
-class Ledger:
-    """Tasks in flight on a pool; outlives an iterator when workers are persistent."""
-
-    pending: dict[int, _Pending] = field(default_factory=dict)
-    load: list[int] = field(default_factory=list)
-    next_task: int = 0
-    generation: int = 0
-    shm_disabled: bool = False
-    slot_warning_given: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,44 +73,55 @@ class _Accounted:
 
 
 class MultiWorkerIterator:
-    """Iterates one epoch of batches produced by a :class:`WorkerPool`."""
+    """Iterates one epoch of batches produced by a :class:`WorkerPool`.
+
+    Args:
+        plan: how to run the epoch.
+        hooks: what it calls back (delivery, bad-sample accounting, tuning changes).
+        pool: the workers; ``owns_pool``: shut them down when the epoch ends.
+        progress: where the epoch stands (shared with the loader for ``state_dict``).
+        index_iter: the epoch's index batches from the first one to load (map-style).
+        first_position: the place in the epoch of that batch's first sample.
+        stats: where stage times go (``loader.stats()``).
+        autotuner: grows workers and prefetch while running (``"auto"``), or None.
+    """
 
     def __init__(
         self,
-        loader: Any,
+        plan: EpochPlan,
+        hooks: EpochHooks,
         pool: WorkerPool,
         *,
         owns_pool: bool,
         progress: Progress,
         index_iter: Iterator[Any] | None,
         first_position: int,
+        stats: StatsRecorder,
+        autotuner: AutoTuner | None,
     ) -> None:
-        self._loader = loader
-        self._deliver = loader._deliver
+        self._plan = plan
+        self._hooks = hooks
+        self._deliver = hooks.deliver
         self._pool = pool
         self._owns_pool = owns_pool
-        self._iterable = loader._iterable
-        self._in_order = loader.in_order
-        self._timeout = float(loader.timeout)
-        self._restart = loader.on_worker_death == "restart"
-        self._copy = loader.copy_batches
-        self._per_worker = loader.prefetch_factor
+        self._iterable = plan.iterable
+        self._in_order = plan.in_order
+        self._timeout = plan.timeout_s
+        self._restart = plan.restart_dead_workers
+        self._copy = plan.copy_batches
+        self._per_worker = plan.prefetch_factor
         self._progress = progress
         self._epoch = epoch = progress.epoch
         self._seed = seed = progress.seed
         self._index_iter = index_iter
         self._batch_index = progress.floor  # the next task's place in the epoch
         self._position = first_position  # the next task's first sample's place in the epoch
-        self._auto_collation = loader._auto_collation
-        self._budget = loader._bad_samples
-        self._recorder = loader._stats
-        self._autotune = loader._autotuner
-        self._memory_watch = pool.__dict__.setdefault("memory_watch", GrowthWatch())
-        self._memory_budget = loader.memory_budget
-        self._strict_budget = loader._memory_budget_given  # a budget of the user's binds from the start
-        ledger: Ledger | None = getattr(pool, "ledger", None)
-        if ledger is None:
-            ledger = pool.ledger = Ledger(load=[0] * pool.num_workers)  # type: ignore[attr-defined]
+        self._auto_collation = plan.auto_collation
+        self._record_bad_samples = hooks.record_bad_samples
+        self._recorder = stats
+        self._autotune = autotuner
+        self._memory_budget = plan.memory_budget
+        ledger = pool.ledger
         ledger.generation += 1
         self._ledger = ledger
         self._generation = ledger.generation
@@ -142,14 +140,11 @@ class MultiWorkerIterator:
         self._finalizer = weakref.finalize(self, pool.shutdown) if owns_pool else None
         for worker_id in range(pool.num_workers):
             if pool.is_started(worker_id):
-                pool.send(worker_id, StartEpoch(epoch, seed))
+                pool.send(worker_id, StartEpoch(epoch=epoch, seed=seed))
         self._dispatch()
 
     def __iter__(self) -> MultiWorkerIterator:
         return self
-
-    def __len__(self) -> int:
-        return len(self._loader)
 
     # -- delivery ----------------------------------------------------------------
     def __next__(self) -> Any:
@@ -164,22 +159,10 @@ class MultiWorkerIterator:
         while True:
             task_id, item = self._take_ready()
             if item is not _SKIP:
-                self._dispatch()
-                self._progress.deliver(self._places.pop(task_id))
-                if type(item) is _Accounted:  # on_error="skip": count in delivery order
-                    self._budget.record(item.attempted, item.skipped)  # type: ignore[union-attr]
-                    if item.empty:
-                        continue
-                    item = item.batch
-                if isinstance(item, _Raise):
-                    raise item.error
-                waited = time.perf_counter() - entered
-                self._recorder.delivered(waited)
-                if self._pool.mode == "process":
-                    self._memory_watch.check(self._pool.pids, self._recorder.stats.batches)
-                if self._autotune is not None:
-                    self._autotune.batch_delivered(waited, self)
-                return self._deliver(item)
+                batch = self._hand_out(task_id, item, entered)
+                if batch is not _SKIP:
+                    return batch
+                continue
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
             if not self._mine_pending() and self._sources_done:
                 self._progress.done = True
@@ -203,6 +186,25 @@ class MultiWorkerIterator:
             for death in deaths:
                 self._handle_death(death)
             self._dispatch()  # results lowered the load; dropped batches freed slots
+
+    def _hand_out(self, task_id: int, item: Any, entered: float) -> Any:
+        """The user's batch for a ready entry (raising a worker's error); ``_SKIP`` if empty."""
+        self._dispatch()
+        self._progress.deliver(self._places.pop(task_id))
+        if type(item) is _Accounted:  # on_error="skip": count in delivery order
+            self._record_bad_samples(item.attempted, item.skipped)  # type: ignore[misc]
+            if item.empty:
+                return _SKIP
+            item = item.batch
+        if isinstance(item, _Raise):
+            raise item.error
+        waited = time.perf_counter() - entered
+        self._recorder.delivered(waited)
+        if self._pool.mode == "process":
+            self._pool.memory_watch.check(self._pool.pids, self._recorder.stats.batches)
+        if self._autotune is not None:
+            self._autotune.batch_delivered(waited, self)
+        return self._deliver(item)
 
     def _take_ready(self) -> tuple[int, Any]:
         """The next batch to hand out and its task id; ``(-1, _SKIP)`` when none is ready."""
@@ -268,12 +270,18 @@ class MultiWorkerIterator:
                     del recent[: -self._per_worker - 1]
             task_id = ledger.next_task
             ledger.next_task += 1
-            ledger.pending[task_id] = _Pending(worker_id, indices, slot, self._batch_index, self._position)
+            ledger.pending[task_id] = Pending(
+                worker_id, indices, slot, self._batch_index, self._position
+            )
             self._places[task_id] = self._batch_index
             self._in_flight += 1
             ledger.load[worker_id] += 1
             self._unserved.discard(worker_id)
-            pool.send(worker_id, Task(task_id, self._epoch, indices, slot, self._batch_index, self._position))
+            task = Task(
+                task_id=task_id, epoch=self._epoch, indices=indices, slot=slot,
+                batch_index=self._batch_index, position=self._position,
+            )  # fmt: skip
+            pool.send(worker_id, task)
             self._batch_index += 1
             if indices is not None:
                 self._position += len(indices) if self._auto_collation else 1
@@ -287,10 +295,10 @@ class MultiWorkerIterator:
         quarter of memory) lets the first wave out whole.
         """
         full = self._per_worker * self._pool.num_workers
-        batch_bytes = getattr(self._pool, "batch_bytes", None)
+        batch_bytes = self._pool.batch_bytes
         if batch_bytes:
             return min(full, max(1, self._memory_budget // batch_bytes))
-        if self._strict_budget and self._pool.mode == "process":
+        if self._plan.budget_is_users and self._pool.mode == "process":
             return 1
         return full
 
@@ -331,107 +339,128 @@ class MultiWorkerIterator:
         if isinstance(message, Ready):
             self._pool.pids[worker_id] = message.pid
             for started in self._pool.start_deferred():  # the staggered start's second step
-                self._pool.send(started, StartEpoch(self._epoch, self._seed))
+                self._pool.send(started, StartEpoch(epoch=self._epoch, seed=self._seed))
             return
-        if isinstance(message, Failed) and message.task_id == -1:
-            error = _rebuild(message, "in worker_init_fn or while starting the worker", None)
+        if isinstance(message, StartupFailed):
+            error = _rebuild(
+                message.failure, worker_id, "in worker_init_fn or while starting the worker", None
+            )
             self._close_broken()
             raise error
         pending = self._ledger.pending.pop(message.task_id, None)
         if pending is None or pending.worker_id != worker_id:
-            raise AssertionError(f"worker {worker_id} answered task {message.task_id} it was not given")
-        self._ledger.load[worker_id] -= 1
-        slots = self._pool.slots
-        if pending.slot is not None and pending.slot.index not in leased and slots is not None:
-            slots.release(pending.slot.index)
-        stale = message.task_id < self._first_task
-        if not stale:
-            self._in_flight -= 1
-        if isinstance(message, Done):
-            if stale:
-                return
-            self._recorder.stats.worker_idle_s += message.idle_s
-            self._recorder.loaded(
-                worker_id,
-                len(pending.indices) if (self._auto_collation and pending.indices is not None) else 1,
-                message.fetch_s,
-                message.collate_s,
-                pending.indices,
-                message.slow,
+            raise AssertionError(
+                f"worker {worker_id} answered task {message.task_id} it was not given"
             )
-            if self._budget is not None:
-                attempted = len(pending.indices) if self._auto_collation else 1
-                if message.empty:
-                    self._ready[message.task_id] = _Accounted(None, attempted, message.skipped, True)
-                    return
-            batch = message.batch
-            if not message.shards:
-                self._warn_unsharded()
-            if pending.slot is not None and message.overflow and slots is not None:
-                slots.want(pending.slot.index, int((message.nbytes + message.overflow) * _SLOT_HEADROOM))
-            elif pending.slot is None and self._pool.mode == "process":
-                self._maybe_create_slots(batch)
-            batch = _copy_tree(batch) if (self._copy and leased) else batch
-            if self._budget is not None:
-                batch = _Accounted(batch, attempted, message.skipped, False)
-            self._ready[message.task_id] = batch
-        elif isinstance(message, Exhausted):
+        self._ledger.load[worker_id] -= 1
+        pool_slots = self._pool.slots
+        if pending.slot is not None and pending.slot.index not in leased and pool_slots is not None:
+            pool_slots.release(pending.slot.index)
+        if isinstance(message, Exhausted):
             self._active[worker_id] = False
-            if not stale:
-                self._ready[message.task_id] = _SKIP
+        if message.task_id < self._first_task:
+            return  # an answer to an epoch this iterator replaced: its slot is back, nothing else
+        self._in_flight -= 1
+        if isinstance(message, Done):
+            self._ready[message.task_id] = self._on_done(message, pending, leased)
+        elif isinstance(message, Exhausted):
+            self._ready[message.task_id] = _SKIP
         elif isinstance(message, Failed):
-            if not stale:
-                where = f"while loading indices {_summary(pending.indices)}" if not self._iterable else (
-                    "while iterating its copy of the IterableDataset"
-                )
-                self._ready[message.task_id] = _Raise(_rebuild(message, where, self._pool.pid(worker_id)))
+            where = (
+                f"while loading indices {_summary(pending.indices)}"
+                if not self._iterable
+                else "while iterating its copy of the IterableDataset"
+            )
+            pid = self._pool.pid(worker_id)
+            self._ready[message.task_id] = _Raise(_rebuild(message.failure, worker_id, where, pid))
         elif isinstance(message, Undelivered):
-            if not stale:
-                what = f"the batch at indices {_summary(pending.indices)}" if not self._iterable else "a batch"
-                error = message.error
-                add_note(
-                    error,
-                    f"Raised in the trainer while it received {what} from worker {worker_id}: the "
-                    "batch's shared memory could not be mapped. The worker and the rest of the epoch "
-                    "are unaffected.",
-                )
-                self._ready[message.task_id] = _Raise(error)
+            self._ready[message.task_id] = _Raise(self._undelivered(message, pending))
         else:
             raise AssertionError(f"unexpected message from worker {worker_id}: {message!r}")
 
-    # -- autotuning (stoker.engine.autotune) --------------------------------------
-    @property
-    def _batch_bytes(self) -> int | None:
-        return getattr(self._pool, "batch_bytes", None)
+    def _on_done(self, message: Done, pending: Pending, leased: set[int]) -> Any:
+        """What waits in the reorder buffer for a loaded batch (and what its arrival teaches)."""
+        attempted = (
+            len(pending.indices) if (self._auto_collation and pending.indices is not None) else 1
+        )
+        self._recorder.stats.worker_idle_s += message.idle_s
+        self._recorder.loaded(
+            message.worker_id,
+            attempted,
+            message.fetch_s,
+            message.collate_s,
+            pending.indices,
+            message.slow,
+        )
+        accounting = self._record_bad_samples is not None
+        if accounting and message.empty:
+            return _Accounted(None, attempted, message.skipped, True)
+        batch = message.batch
+        if not message.shards:
+            self._warn_unsharded()
+        pool_slots = self._pool.slots
+        if pending.slot is not None and message.overflow and pool_slots is not None:
+            pool_slots.want(pending.slot.index, message.nbytes + message.overflow)
+        elif pending.slot is None and self._pool.mode == "process":
+            self._maybe_create_slots(batch)
+        batch = _copy_tree(batch) if (self._copy and leased) else batch
+        return _Accounted(batch, attempted, message.skipped, False) if accounting else batch
 
-    def _add_worker(self) -> None:
+    def _undelivered(self, message: Undelivered, pending: Pending) -> BaseException:
+        what = (
+            f"the batch at indices {_summary(pending.indices)}" if not self._iterable else "a batch"
+        )
+        error = message.error
+        add_note(
+            error,
+            f"Raised in the trainer while it received {what} from worker {message.worker_id}: the "
+            "batch's shared memory could not be mapped. The worker and the rest of the epoch "
+            "are unaffected.",
+        )
+        return error
+
+    # -- autotuning: the Tunable protocol of stoker.engine.autotune ------------------
+    @property
+    def workers(self) -> int:
+        return self._pool.num_workers
+
+    @property
+    def prefetch(self) -> int:
+        return self._per_worker
+
+    @property
+    def batch_bytes(self) -> int:
+        return self._pool.batch_bytes or 0
+
+    @property
+    def worker_idle_s(self) -> float:
+        return self._recorder.stats.worker_idle_s
+
+    def add_worker(self) -> None:
+        """Starts one more worker and gives it work at once."""
         pool = self._pool
         worker_id = pool.add_worker()
-        self._ledger.load.append(0)
         self._active.append(True)
         self._recent_slots.append([])
         self._unserved.add(worker_id)
-        pool.send(worker_id, StartEpoch(self._epoch, self._seed))
-        self._loader.num_workers = pool.num_workers
+        pool.send(worker_id, StartEpoch(epoch=self._epoch, seed=self._seed))
         self._recorder.stats.num_workers = pool.num_workers
-        if pool.slots is not None:
-            pool.slots.grow(self._slot_count())
+        self._hooks.workers_changed(pool.num_workers, self._per_worker)
+        self._grow_slots()
         self._dispatch()
 
-    def _set_prefetch(self, prefetch: int) -> None:
+    def set_prefetch(self, prefetch: int) -> None:
+        """Keeps ``prefetch`` batches per worker in flight from now on."""
         self._per_worker = prefetch
-        self._loader.prefetch_factor = prefetch
-        if self._pool.slots is not None:
-            self._pool.slots.grow(self._slot_count())
+        self._hooks.workers_changed(self._pool.num_workers, prefetch)
+        self._grow_slots()
         self._dispatch()
 
-    def _slot_count(self) -> int:
-        """Slots for the batches in flight plus two held by the consumer, within the memory budget."""
-        wanted = self._per_worker * self._pool.num_workers + 2
-        size = self._pool.slots.slot_size if self._pool.slots is not None else 0
-        if size:
-            wanted = min(wanted, max(1, self._memory_budget // size))
-        return wanted
+    def _grow_slots(self) -> None:
+        pool_slots = self._pool.slots
+        if pool_slots is not None:
+            in_flight = self._per_worker * self._pool.num_workers
+            pool_slots.grow(slots.slots_for(in_flight, pool_slots.slot_size, self._memory_budget))
 
     def _warn_slot_creation(self, error: OSError) -> None:
         """Says once that the slot pool stopped growing, and why; loading goes on without it."""
@@ -449,12 +478,12 @@ class MultiWorkerIterator:
 
     def _warn_unsharded(self) -> None:
         pool = self._pool
-        if pool.num_workers < 2 or getattr(pool, "warned_unsharded", False):
+        if pool.num_workers < 2 or pool.warned_unsharded:
             return
-        if _has_len(self._loader.dataset):
+        if self._plan.dataset_has_len:
             return  # a stream with a length is checked against it instead (loader._EpochIterator)
-        pool.warned_unsharded = True  # type: ignore[attr-defined]
-        name = type(self._loader.dataset).__name__
+        pool.warned_unsharded = True
+        name = self._plan.dataset_name
         msg = (
             f"{name} is an IterableDataset running in {pool.num_workers} workers, but it never "
             "called get_worker_info(): every worker iterates all of it, so each sample is loaded "
@@ -464,31 +493,32 @@ class MultiWorkerIterator:
         warnings.warn(msg, UserWarning, stacklevel=4)
 
     def _maybe_create_slots(self, batch: Any) -> None:
+        """After the first batches: sizes the slot pool from a real batch, within the budget."""
         pool, ledger = self._pool, self._ledger
-        if pool.slots is not None or ledger.shm_disabled or not shm.shm_available():
+        if pool.slots is not None or ledger.shm_disabled or not segments.shm_available():
             return
         nbytes, arrays = transport.array_bytes(batch)
-        if getattr(pool, "batch_bytes", None) is None:
-            pool.batch_bytes = nbytes  # type: ignore[attr-defined]
+        if pool.batch_bytes is None:
+            pool.batch_bytes = nbytes
         if nbytes < transport.SHM_MIN_BATCH_BYTES:
             return
-        size = int(nbytes * _SLOT_HEADROOM) + 64 * arrays + 4096
-        count = self._per_worker * pool.num_workers + 2  # in flight + held by the consumer
-        if count * size > self._memory_budget:
-            fitting = max(1, self._memory_budget // size)
-            ahead = max(1, self._memory_budget // max(nbytes, 1))
+        plan = slots.plan_slots(
+            nbytes, arrays, self._per_worker * pool.num_workers, self._memory_budget
+        )
+        if plan.count < plan.wanted:
             warnings.warn(
-                f"memory_budget={self._memory_budget / 2**20:.1f} MiB holds {fitting} batch slot(s) of "
-                f"{nbytes / 2**20:.1f} MiB, fewer than the {count} that num_workers={pool.num_workers} x "
+                f"memory_budget={self._memory_budget / 2**20:.1f} MiB holds {plan.count} batch slot(s) of "
+                f"{nbytes / 2**20:.1f} MiB, fewer than the {plan.wanted} that num_workers={pool.num_workers} x "
                 f"prefetch_factor={self._per_worker} (+2 held by you) would use: from now on at most "
-                f"{min(ahead, count - 2)} batch(es) are loaded ahead, and batches you hold beyond the slots "
+                f"{plan.ahead} batch(es) are loaded ahead, and batches you hold beyond the slots "
                 "travel through pipes. Raise memory_budget, or lower batch_size or prefetch_factor.",
                 RuntimeWarning,
                 stacklevel=4,
             )
-            count = fitting
         try:
-            pool.slots = shm.SlotPool(count, size, prefix=pool.prefix, budget=self._memory_budget)
+            pool.slots = slots.SlotPool(
+                plan.count, plan.size, prefix=pool.prefix, budget=self._memory_budget
+            )
         except ShmError as exc:
             ledger.shm_disabled = True
             warnings.warn(
@@ -507,7 +537,11 @@ class MultiWorkerIterator:
         where = (
             f"while holding the batches at indices {_summary(held_indices)}"
             if held and not self._iterable
-            else ("while holding no batch" if not held else "while iterating its copy of the IterableDataset")
+            else (
+                "while holding no batch"
+                if not held
+                else "while iterating its copy of the IterableDataset"
+            )
         )
         if self._restart and not self._iterable:
             worst = max((ledger.pending[t].restarts for t in held), default=0)
@@ -522,13 +556,14 @@ class MultiWorkerIterator:
                         "starts new ones."
                     )
                     raise WorkerError(msg) from exc
-                self._pool.send(death.worker_id, StartEpoch(self._epoch, self._seed))
+                self._pool.send(death.worker_id, StartEpoch(epoch=self._epoch, seed=self._seed))
                 for task_id in held:
                     pending = ledger.pending[task_id]
                     pending.restarts += 1
                     task = Task(
-                        task_id, self._epoch, pending.indices, pending.slot, pending.batch_index, pending.position
-                    )
+                        task_id=task_id, epoch=self._epoch, indices=pending.indices, slot=pending.slot,
+                        batch_index=pending.batch_index, position=pending.position,
+                    )  # fmt: skip
                     self._pool.send(death.worker_id, task)
                 warnings.warn(
                     f"DataLoader {death.describe()} {where}; started a replacement and re-issued "
@@ -537,7 +572,9 @@ class MultiWorkerIterator:
                     stacklevel=3,
                 )
                 return
-            where += f"; the same batch has now killed {worst + 1} workers, so stoker stops restarting"
+            where += (
+                f"; the same batch has now killed {worst + 1} workers, so stoker stops restarting"
+            )
         hint = (
             "Pass on_worker_death='restart' to replace dead workers and re-issue their batches."
             if not self._restart and not self._iterable
@@ -553,13 +590,19 @@ class MultiWorkerIterator:
         task_id = mine[0] if mine else None
         if task_id is None:
             self.close()
-            raise WorkerError(f"DataLoader timed out after {self._timeout:g} seconds with no batch in flight")
+            raise WorkerError(
+                f"DataLoader timed out after {self._timeout:g} seconds with no batch in flight"
+            )
         pending = ledger.pending[task_id]
         worker_id = pending.worker_id
         stack = self._pool.dump_stack(worker_id)
         pid = self._pool.pid(worker_id)
         self._close_broken()
-        what = "the next batch" if self._iterable else f"the batch at indices {_summary(pending.indices)}"
+        what = (
+            "the next batch"
+            if self._iterable
+            else f"the batch at indices {_summary(pending.indices)}"
+        )
         who = f"pid {pid}" if pid is not None else "a thread of this process"
         msg = (
             f"DataLoader timed out after {self._timeout:g} seconds waiting for {what} from worker "
@@ -586,30 +629,23 @@ class MultiWorkerIterator:
         self._sources_done = True
 
 
-def _has_len(dataset: Any) -> bool:
-    try:
-        len(dataset)
-    except Exception:
-        return False
-    return True
-
-
-def _rebuild(message: Failed, where: str, pid: int | None) -> BaseException:
+def _rebuild(failure: Failure, worker_id: int, where: str, pid: int | None) -> BaseException:
+    """The worker's exception, rebuilt (or a WorkerError describing it), with its story noted."""
     error: BaseException | None = None
-    if message.exception is not None:
+    if failure.exception is not None:
         try:
-            error = pickle.loads(message.exception)
+            error = pickle.loads(failure.exception)
         except Exception:
             error = None
     if error is None:
-        error = WorkerError(f"{message.type_name}: {message.text}")
-    pid_text = f" (pid {pid if pid is not None else message.pid})" if message.pid else ""
+        error = WorkerError(f"{failure.type_name}: {failure.text}")
+    pid_text = f" (pid {pid if pid is not None else failure.pid})" if failure.pid else ""
     note = (
-        f"Raised in stoker worker {message.worker_id}{pid_text} {where}.\n"
-        f"Worker traceback (most recent call last):\n{_strip_header(message.traceback)}"
+        f"Raised in stoker worker {worker_id}{pid_text} {where}.\n"
+        f"Worker traceback (most recent call last):\n{_strip_header(failure.traceback)}"
     )
     with contextlib.suppress(AttributeError):  # an exception type with __slots__
-        error.stoker_worker_id = message.worker_id  # type: ignore[attr-defined]
+        error.stoker_worker_id = worker_id  # type: ignore[attr-defined]
     add_note(error, note)
     return error
 
@@ -638,4 +674,3 @@ def _copy_tree(obj: Any) -> Any:
     if isinstance(obj, (Mapping, list, tuple)):
         return rebuild(obj, _copy_tree)
     return obj
-

@@ -1,40 +1,32 @@
-"""Shared-memory slots that carry batches from process workers to the trainer.
+"""Batch slots: reusable shared memory that carries batches from process workers.
 
 Ownership (who creates, who reads, who frees):
 
-* The **main process** creates every slot (``/dev/shm/stoker-<pid>-<token>-<n>``),
+* The **main process** creates every slot (a segment of :mod:`stoker.engine.segments`),
   decides which task may write into which slot, and unlinks every segment.
 * A **worker** attaches to the slot named in its task, collates the batch straight into
-  it (see :func:`stoker.collate.collate_into`), and sends back only metadata: offsets,
-  shapes and dtypes.
+  it (:class:`SlotAllocator`, through :func:`stoker.collate.collate_into`), and sends back
+  only metadata: offsets, shapes and dtypes.
 * Before the pool exists (the first batches show how big a batch is) or when every slot
-  is held by the consumer, a worker with a large batch creates a **one-off segment**
-  under the trainer's prefix; the trainer maps it and unlinks it as soon as the message
-  arrives, so it lives only as long as the batch's arrays. A pool's shutdown also sweeps
-  its prefix, so a worker that dies between creating and sending leaks nothing.
+  is held by the consumer, a worker with a large batch writes a **one-off segment**
+  (:class:`OneoffWriter`) under the trainer's prefix; the trainer maps it and unlinks it
+  as soon as the message arrives, so it lives only as long as the batch's arrays. A
+  pool's shutdown also sweeps its prefix, so a worker that dies between creating and
+  sending leaks nothing.
 * The **consumer** gets numpy views of the slot. A slot is *leased* to a batch: it goes
   back to the pool only when the last array (or torch tensor) that views it is garbage
   collected, so a batch a user keeps is never overwritten. That is the batch's lifetime
   rule; ``DataLoader(copy_batches=True)`` copies each batch out and frees its slot at once.
 
-Segments are reserved with ``posix_fallocate`` when created, so a full ``/dev/shm``
-fails then, with a message, instead of killing a process with SIGBUS mid-epoch.
-
-Liveness: a process pool's segments share one prefix, and the trainer holds an exclusive
-``flock`` on ``<prefix>.alive`` for the pool's life (:func:`hold_prefix`). The kernel drops
-the lock when the last process holding it dies, however it dies. Segments of a pool whose
-lock is free are removed by the next pool created on the machine
-(:func:`remove_orphaned_segments`); a pool whose lock is held is alive, whatever PID
-namespace it runs in (containers that share ``/dev/shm`` but not their process lists, as
-``docker run --ipc=host`` does, cannot see each other's pids, but see each other's locks).
+:class:`SlotRef` names a slot in a task message; its :class:`SlotKind` says whether it is a
+pool slot, a one-off segment or a shared segment (a dataset sent to spawned workers).
+:func:`plan_slots` sizes the pool from the first batch and the memory budget.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import fcntl
-import functools
+import enum
 import mmap
 import os
 import secrets
@@ -44,77 +36,39 @@ from dataclasses import dataclass
 import numpy as np
 
 from stoker._errors import ShmError
-
-try:  # CPython's POSIX shared memory primitives (what multiprocessing.shared_memory uses)
-    import _posixshmem
-except ImportError:  # pragma: no cover - Windows
-    _posixshmem = None
+from stoker.engine import segments
 
 __all__ = [
     "OneoffWriter",
-    "SEGMENT_PREFIX",
     "SlotAllocator",
+    "SlotKind",
+    "SlotPlan",
     "SlotPool",
     "SlotRef",
-    "attach",
-    "free_bytes",
-    "hold_prefix",
-    "lease_oneoff",
-    "map_shared",
-    "new_prefix",
-    "remove_orphaned_segments",
-    "shm_available",
-    "sweep",
+    "plan_slots",
+    "slots_for",
 ]
 
-SEGMENT_PREFIX = "stoker-"
-_SHM_DIR = "/dev/shm"
 _ALIGN = 64  # bytes; every array in a slot starts on a cache line
+_HEADROOM = 1.25  # a slot holds this much more than the batch it was sized for
+
+
+class SlotKind(enum.Enum):
+    """What a :class:`SlotRef` names."""
+
+    POOL = "pool"  # a reusable slot of the trainer's SlotPool (index: its place in the pool)
+    ONEOFF = "oneoff"  # one batch's segment, written by a worker, unlinked when it arrives
+    SHARED = "shared"  # read-mostly data several processes map (a dataset sent to spawned workers)
 
 
 @dataclass(frozen=True, slots=True)
 class SlotRef:
-    """Names a slot in a task message: which segment, how big, which generation."""
+    """Names shared memory in a message: its kind, pool index, segment name and size."""
 
-    index: int
+    kind: SlotKind
+    index: int  # the pool slot's index; -1 for the other kinds
     name: str
     size: int
-
-
-@functools.cache
-def shm_available() -> bool:
-    """True where POSIX shared memory lives in ``/dev/shm`` (Linux)."""
-    return _posixshmem is not None and os.path.isdir(_SHM_DIR)
-
-
-def _create(name: str, size: int) -> mmap.mmap:
-    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    try:
-        try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            _posixshmem.shm_unlink("/" + name)
-            free = _free_shm_bytes()
-            msg = (
-                f"cannot reserve {size / 2**20:.1f} MiB of shared memory for a batch slot "
-                f"({_SHM_DIR} has {free / 2**20:.1f} MiB free): {exc.strerror}. Give the container "
-                "more shared memory (docker run --shm-size=8g, or a larger emptyDir medium: Memory "
-                "in Kubernetes), lower batch_size / prefetch_factor / num_workers, or use "
-                "worker_mode='thread'."
-            )
-            raise ShmError(msg) from exc
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
-
-
-def attach(name: str, size: int) -> mmap.mmap:
-    """Maps an existing segment (worker side)."""
-    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
-    try:
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
 
 
 class OneoffWriter:
@@ -133,14 +87,14 @@ class OneoffWriter:
         spawned workers); otherwise the one reader unlinks it on arrival."""
         name = f"{prefix}-w{os.getpid()}-{secrets.token_hex(4)}"
         size = _round_up(max(size, 1), mmap.PAGESIZE)
-        self._fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        self._fd = segments.open_new(name)
         try:
             os.ftruncate(self._fd, size)  # sparse: pages appear as they are written
         except BaseException:
             self.close()
-            _unlink(name)
+            segments.unlink(name)
             raise
-        self.ref = SlotRef(-2 if shared else -1, name, size)
+        self.ref = SlotRef(SlotKind.SHARED if shared else SlotKind.ONEOFF, -1, name, size)
         self.used = 0
 
     def place(self, array: np.ndarray) -> int | None:
@@ -166,149 +120,6 @@ class OneoffWriter:
             self._fd = -1
 
 
-def lease_oneoff(name: str, size: int) -> object:
-    """Trainer side: maps a one-off segment, unlinks it, returns a buffer over it.
-
-    The mapping is released when the last array viewing the buffer is collected.
-    """
-    mm = attach(name, size)
-    _unlink(name)
-    return (ctypes.c_ubyte * size).from_buffer(mm)
-
-
-_shared_maps: dict[str, object] = {}
-
-
-def map_shared(name: str, size: int) -> object:
-    """Maps a shared segment once per process (read-mostly data: a spawned worker's dataset)."""
-    buffer = _shared_maps.get(name)
-    if buffer is None:
-        buffer = _shared_maps[name] = (ctypes.c_ubyte * size).from_buffer(attach(name, size))
-    return buffer
-
-
-def free_bytes() -> int:
-    """Bytes free in /dev/shm."""
-    return _free_shm_bytes()
-
-
-_ALIVE_SUFFIX = ".alive"
-_held: dict[str, int] = {}  # prefix -> the fd whose lock marks its segments alive
-
-
-def hold_prefix(prefix: str) -> None:
-    """Marks ``prefix``'s segments alive until :func:`sweep` (or this process's death).
-
-    Creates ``<prefix>.alive`` and holds an exclusive lock on it; other processes'
-    :func:`remove_orphaned_segments` leave the prefix alone while the lock is held.
-    """
-    if prefix in _held:
-        return
-    name = prefix + _ALIVE_SUFFIX
-    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    os.set_inheritable(fd, False)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        _unlink(name)
-        raise
-    _held[prefix] = fd
-
-
-def sweep(prefix: str) -> None:
-    """Unlinks every segment whose name starts with ``prefix``, then lets its lock go."""
-    try:
-        names = os.listdir(_SHM_DIR)
-    except OSError:
-        names = []
-    for name in names:
-        if name.startswith(prefix):
-            _unlink(name)
-    fd = _held.pop(prefix, None)
-    if fd is not None:
-        os.close(fd)
-
-
-def new_prefix() -> str:
-    """A segment-name prefix unique to this process and pool."""
-    return f"{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-
-
-def _unlink(name: str) -> None:
-    try:
-        _posixshmem.shm_unlink("/" + name)
-    except FileNotFoundError:
-        pass
-
-
-def _free_shm_bytes() -> int:
-    st = os.statvfs(_SHM_DIR)
-    return st.f_bavail * st.f_frsize
-
-
-def remove_orphaned_segments() -> list[str]:
-    """Unlinks the segments of stoker pools that no process holds alive any more.
-
-    Returns the names removed. A process killed with SIGKILL cannot clean up after
-    itself; the next stoker pool on the machine does it instead. A pool is dead when the
-    lock on its ``<prefix>.alive`` can be taken (its holder and the workers that inherited
-    it are gone). Segments without a lock (made by a stoker older than the lock) go only
-    when the pid in their name is not running here.
-    """
-    try:
-        names = os.listdir(_SHM_DIR)
-    except OSError:
-        return []
-    by_pool: dict[str, list[str]] = {}
-    for name in names:
-        if name.startswith(SEGMENT_PREFIX):
-            parts = name.split("-", 3)
-            if len(parts) >= 3 and parts[1].isdigit():
-                pool = "-".join(parts[:3]).removesuffix(_ALIVE_SUFFIX)
-                by_pool.setdefault(pool, []).append(name)
-    removed = []
-    for pool, members in by_pool.items():
-        if pool in _held:
-            continue
-        lock = pool + _ALIVE_SUFFIX
-        if lock in members:
-            dead = _lock_is_free(lock)
-        else:
-            dead = not _pid_running(int(pool.split("-")[1]))
-        if dead:
-            for name in members:
-                _unlink(name)
-                removed.append(name)
-    return removed
-
-
-def _lock_is_free(name: str) -> bool:
-    """True when nobody holds the lock on segment ``name`` (its pool is dead)."""
-    try:
-        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
-    except OSError:
-        return False  # gone already, or not ours to judge
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)  # closing the fd releases the lock, if we got it
-    return True
-
-
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _Slot:
     __slots__ = ("buffer_type", "index", "leased", "mm", "name", "size", "wanted")
 
@@ -316,17 +127,17 @@ class _Slot:
         self.index = index
         self.name = name
         self.size = size
-        self.mm = _create(name, size)
+        self.mm = segments.create(name, size)
         self.buffer_type = type("SlotBuffer", (ctypes.c_ubyte * size,), {})
         self.leased = False
         self.wanted = size  # grown when a batch did not fit
 
     def ref(self) -> SlotRef:
-        return SlotRef(self.index, self.name, self.size)
+        return SlotRef(SlotKind.POOL, self.index, self.name, self.size)
 
     def close(self) -> bool:
         """Unmaps (when no view is alive) and unlinks. Returns True when unmapped."""
-        _unlink(self.name)
+        segments.unlink(self.name)
         try:
             self.mm.close()
         except BufferError:  # a consumer still holds a view: the mapping dies with it
@@ -351,22 +162,24 @@ class SlotPool:
         >>> pool.close()                              # doctest: +SKIP
     """
 
-    def __init__(self, count: int, size: int, prefix: str | None = None, budget: int | None = None) -> None:
+    def __init__(
+        self, count: int, size: int, prefix: str | None = None, budget: int | None = None
+    ) -> None:
         if count < 1 or size < 1:
             raise AssertionError(f"SlotPool needs count >= 1 and size >= 1, got {count}, {size}")
         size = _round_up(size, mmap.PAGESIZE)
         need = count * size
-        free = _free_shm_bytes()
+        free = segments.free_bytes()
         if need > free:
             msg = (
                 f"the batch slot pool needs {need / 2**20:.1f} MiB of shared memory ({count} slots of "
-                f"{size / 2**20:.1f} MiB) but {_SHM_DIR} has {free / 2**20:.1f} MiB free. Give the "
+                f"{size / 2**20:.1f} MiB) but /dev/shm has {free / 2**20:.1f} MiB free. Give the "
                 "container more shared memory (docker run --shm-size=8g), or lower batch_size, "
                 "prefetch_factor or num_workers."
             )
             raise ShmError(msg)
-        remove_orphaned_segments()
-        self._token = prefix or new_prefix()
+        segments.remove_orphaned_segments()
+        self._token = prefix or segments.new_prefix()
         self._serial = 0
         self._capacity = count
         self._size = size
@@ -501,7 +314,7 @@ class SlotAllocator:
     __slots__ = ("_base", "_buffer", "_offsets", "overflow", "ref", "used")
 
     def __init__(self, ref: SlotRef, mm: mmap.mmap) -> None:
-        self.ref = ref  # index -1: a one-off segment, named by ref.name
+        self.ref = ref
         self._buffer = mm
         self._base = np.frombuffer(mm, dtype=np.uint8, count=0).__array_interface__["data"][0]
         self._offsets: dict[int, tuple[int, np.ndarray]] = {}
@@ -515,7 +328,9 @@ class SlotAllocator:
         if dtype.hasobject or offset + nbytes > self.ref.size:
             self.overflow += nbytes
             return np.empty(shape, dtype)
-        array = np.frombuffer(self._buffer, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
+        array = np.frombuffer(
+            self._buffer, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset
+        )
         array = array.reshape(shape)
         self.used = offset + nbytes
         self._offsets[id(array)] = (offset, array)
@@ -563,3 +378,27 @@ class SlotAllocator:
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
+
+@dataclass(frozen=True, slots=True)
+class SlotPlan:
+    """The slot pool for a batch size: how many slots, how big, and what the budget allows."""
+
+    count: int  # slots in the pool
+    size: int  # bytes per slot (headroom included)
+    wanted: int  # the slots torch's rule would keep busy: batches in flight + 2 the consumer holds
+    ahead: int  # batches the memory budget lets load ahead (at least one)
+
+
+def plan_slots(batch_bytes: int, arrays: int, in_flight: int, memory_budget: int) -> SlotPlan:
+    """Sizes the pool from a batch's bytes (and array count), within ``memory_budget``."""
+    size = int(batch_bytes * _HEADROOM) + _ALIGN * arrays + 4096
+    wanted = in_flight + 2
+    count = wanted if wanted * size <= memory_budget else max(1, memory_budget // size)
+    ahead = min(in_flight, max(1, memory_budget // max(batch_bytes, 1)))
+    return SlotPlan(count=count, size=size, wanted=wanted, ahead=ahead)
+
+
+def slots_for(in_flight: int, slot_size: int, memory_budget: int) -> int:
+    """The pool's size once more batches may be in flight (autotuning), within the budget."""
+    wanted = in_flight + 2
+    return min(wanted, max(1, memory_budget // slot_size)) if slot_size else wanted

@@ -1,0 +1,137 @@
+"""Loading in the calling thread (``num_workers=0``): one epoch, no workers, no shared memory.
+
+The same fetchers the workers run (:mod:`stoker.engine.fetch`) load each batch where the
+trainer asks for it, so a batch and its random draws are the same with and without workers.
+Like :class:`~stoker.engine.multi_worker.MultiWorkerIterator`, it works from the loader's
+:class:`~stoker.engine.messages.WorkerSpec` (what to load) and
+:class:`~stoker.engine.plan.EpochPlan` / :class:`~stoker.engine.plan.EpochHooks` (how to run
+the epoch, what to report), never from the loader itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from time import perf_counter
+from typing import Any
+
+from stoker._progress import Progress
+from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
+from stoker.engine.messages import WorkerSpec
+from stoker.engine.plan import EpochHooks
+from stoker.profiling.stats import StatsRecorder
+
+__all__ = ["SingleProcessIterator"]
+
+_SKIPPED = object()
+
+
+class SingleProcessIterator:
+    """Loads every batch of one epoch in the calling thread.
+
+    Args:
+        spec: what to load (dataset, collate, batch size), as a worker would get it.
+        hooks: what it calls back (delivery, bad-sample accounting).
+        progress: where the epoch stands (shared with the loader for ``state_dict``).
+        index_iter: the epoch's index batches from the first one to load (map-style), or
+            None for an iterable dataset.
+        first_position: the place in the epoch of that batch's first sample.
+        stats: where stage times go (``loader.stats()``).
+    """
+
+    __slots__ = (
+        "_batch_index", "_deliver", "_fetcher", "_index_iter", "_position", "_progress",
+        "_record_bad_samples", "_recorder",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        hooks: EpochHooks,
+        *,
+        progress: Progress,
+        index_iter: Iterator[Any] | None,
+        first_position: int,
+        stats: StatsRecorder,
+    ) -> None:
+        self._deliver = hooks.deliver
+        self._record_bad_samples = hooks.record_bad_samples
+        self._recorder = stats
+        self._progress = progress
+        self._index_iter = index_iter
+        self._batch_index = progress.floor
+        self._position = first_position
+        self._fetcher: MapFetcher | IterableFetcher
+        if index_iter is None:
+            self._fetcher = IterableFetcher(
+                spec.dataset,
+                spec.batch_size,
+                spec.collate_fn,
+                spec.drop_last,
+                progress.seed,
+                first_position,
+            )
+        else:
+            self._fetcher = MapFetcher(
+                spec.dataset, spec.auto_collation, spec.collate_fn, spec.skip_errors
+            )
+
+    def __iter__(self) -> SingleProcessIterator:
+        return self
+
+    def __next__(self) -> Any:
+        progress = self._progress
+        entered = perf_counter()
+        while True:
+            try:
+                batch = (
+                    self._fetch_stream(progress)
+                    if self._index_iter is None
+                    else self._fetch_map(progress)
+                )
+            except StopIteration:
+                progress.done = True
+                raise
+            except AllSkipped:
+                batch = _SKIPPED
+            progress.deliver(self._batch_index)
+            self._batch_index += 1
+            if batch is not _SKIPPED:
+                self._recorder.delivered(perf_counter() - entered)
+                return self._deliver(batch)
+
+    def _fetch_stream(self, progress: Progress) -> Any:
+        fetcher: IterableFetcher = self._fetcher  # type: ignore[assignment]
+        began = perf_counter()
+        batch = fetcher.fetch(self._batch_index)
+        samples = fetcher.taken - progress.samples
+        progress.samples = fetcher.taken
+        if fetcher.ended:
+            progress.done = True  # that was the last batch: a state now means the next epoch
+        self._recorder.loaded(-1, samples, perf_counter() - began, 0.0, self._batch_index)
+        return batch
+
+    def _fetch_map(self, progress: Progress) -> Any:
+        fetcher: MapFetcher = self._fetcher  # type: ignore[assignment]
+        began = perf_counter()
+        index = next(self._index_iter)  # type: ignore[arg-type]
+        while self._batch_index in progress.ahead:  # delivered before a resume: skip it
+            self._position += len(index) if fetcher.auto_collation else 1
+            self._batch_index += 1
+            index = next(self._index_iter)  # type: ignore[arg-type]
+        self._recorder.stats.sampling_s += perf_counter() - began
+        attempted = len(index) if fetcher.auto_collation else 1
+        self._position += attempted
+        try:
+            batch = fetcher.fetch(
+                index, progress.seed, self._batch_index, self._position - attempted
+            )
+        finally:
+            if self._record_bad_samples is not None:
+                self._record_bad_samples(attempted, fetcher.take_skipped())
+        self._recorder.loaded(
+            -1, attempted, fetcher.fetch_s, fetcher.collate_s, index, fetcher.slow_samples
+        )
+        return batch
+
+    def close(self) -> None:
+        """Nothing runs in the background; here so every epoch iterator can be closed alike."""
