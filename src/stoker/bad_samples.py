@@ -34,15 +34,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._errors import StokerError
+from stoker._errors import TooManyBadSamples
 
 __all__ = ["BadSampleBudget", "ErrorReport", "SkippedSample", "TooManyBadSamples", "skipped_sample"]
 
 logger = logging.getLogger("stoker")
-
-
-class TooManyBadSamples(StokerError):
-    """More samples failed than ``max_errors`` allows; the message summarises them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._errors import DatasetError
+from stoker._errors import ImageDecodeError
 
 __all__ = [
     "ImageDecodeError",
@@ -47,10 +47,6 @@ _PILLOW_DEFAULT_MAX_PIXELS = 1024 * 1024 * 1024 // 4 // 3
 _BACKENDS = ("auto", "simplejpeg", "pillow")
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _SIMPLEJPEG_COLORSPACES = ("YCbCr", "Gray")  # CMYK and YCCK go to Pillow, like torchvision
-
-
-class ImageDecodeError(DatasetError, ValueError):
-    """Encoded bytes could not be decoded as an image; the message names the file."""
 
 
 class _TooManyPixels(Exception):
