@@ -533,3 +533,9 @@ def test_a_grown_shard_a_bad_manifest_and_a_newer_version_are_reported(tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist; pass the directory"):
         PackedDataset(tmp_path / "missing")
     assert issubclass(PackedFormatError, DatasetError)
+
+
+def test_numpy_integers_size_shards(tmp_path) -> None:
+    writer = PackedWriter(tmp_path / "n", max_shard_bytes=np.int64(4096))
+    assert writer.max_shard_bytes == 4096 and type(writer.max_shard_bytes) is int
+    writer.close()

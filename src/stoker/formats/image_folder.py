@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import DatasetError, DatasetIndexError
+from stoker._validate import check_choice
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
 from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
@@ -133,9 +134,7 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         size_hint: int | tuple[int, int] | str | None = None,
         max_pixels: MaxPixels = PILLOW_LIMIT,
     ) -> None:
-        if decode not in _DECODE:
-            msg = f"decode must be one of {_DECODE}, got {decode!r}"
-            raise ValueError(msg)
+        check_choice("decode", decode, _DECODE)
         if size_hint != "full":
             check_size_hint(size_hint)
         self.max_pixels = check_max_pixels(max_pixels)
