@@ -150,7 +150,7 @@ def test_a_shard_whose_records_are_all_empty_has_an_empty_payload(tmp_path) -> N
 def test_an_empty_dataset_round_trips(tmp_path) -> None:
     ds = PackedDataset(write(tmp_path / "d", []))
     assert len(ds) == 0 and ds.shard_paths == ()
-    with pytest.raises(IndexError, match="out of range for a PackedDataset of 0 records"):
+    with pytest.raises(IndexError, match="out of range for PackedDataset of length 0; it is empty"):
         ds[0]
 
 
