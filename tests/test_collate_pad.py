@@ -425,3 +425,13 @@ def test_torch_tensors_match_the_seed_reference_implementation():
         pad_collate([(torch.tensor([1], dtype=torch.uint8),)], pad_value=-100)
     with pytest.raises(CollateError, match=r"sample 0 is torch.Tensor but sample 1 is list"):
         pad_collate([(torch.tensor([1]),), ([2],)])
+
+
+def test_numpy_integers_are_options_too():
+    batch = [{"ids": np.arange(3)}, {"ids": np.arange(6)}]
+    numpy = PadCollate(pad_value=np.int64(-1), pad_to_multiple_of=np.int64(4), max_length=np.int32(8), axis=np.int64(0))
+    plain = PadCollate(pad_value=-1, pad_to_multiple_of=4, max_length=8, axis=0)
+    assert numpy == plain
+    assert all(type(getattr(numpy, n)) is int for n in ("pad_to_multiple_of", "max_length", "axis"))
+    np.testing.assert_array_equal(numpy(batch)["ids"], plain(batch)["ids"])
+    assert numpy(batch)["ids"].shape == (2, 8)

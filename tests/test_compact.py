@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stoker import DatasetIndexError
 from stoker.compact import RecordArray, StringArray, compact
 
 texts = st.lists(st.text(max_size=12), max_size=40)
@@ -72,7 +73,7 @@ def test_storage_is_a_few_arrays_not_per_item_objects() -> None:
         (lambda: RecordArray([("a", 1), ("b",)]), ValueError, r"record 1 is \('b',\) but record 0 is \('a', 1\)"),
         (lambda: RecordArray([("a", 1), ("b", "x")]), TypeError, "field 1 must have one type in every record; record 1"),
         (lambda: RecordArray(["a"]), TypeError, "Use StringArray for a list of strings"),
-        (lambda: StringArray(["a"])[1], IndexError, "StringArray index 1 is out of range for length 1"),
+        (lambda: StringArray(["a"])[1], DatasetIndexError, "index 1 is out of range for StringArray of length 1"),
     ],
 )
 def test_errors_name_the_item_and_the_fix(make, error, message) -> None:

@@ -7,12 +7,16 @@ written against ``torch.utils.data`` keeps working::
     StokerError (Exception)
     ├── CollateError (StokerError, TypeError)     a batch cannot be collated
     ├── DatasetError (StokerError)               a dataset is malformed
-    │   └── DatasetIndexError (DatasetError, IndexError)  an index is out of range
+    │   ├── DatasetIndexError (DatasetError, IndexError)  an index is out of range
+    │   ├── ImageDecodeError (DatasetError, ValueError)   bytes are not a readable image
+    │   └── PackedFormatError (DatasetError)              a packed dataset is damaged
+    ├── TooManyBadSamples (StokerError)          more samples failed than max_errors allows
     ├── WorkerError (StokerError, RuntimeError)   a worker died, hung or misbehaved
     └── ShmError (StokerError, OSError)           shared memory is missing or too small
 
-Argument mistakes raise plain ``ValueError`` or ``TypeError`` with a message that
-names the argument, the value received, and what to pass instead.
+Each is importable from ``stoker`` itself, and tracebacks name it there
+(``stoker.CollateError``). Argument mistakes raise plain ``ValueError`` or ``TypeError``
+with a message that names the argument, the value received, and what to pass instead.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ __all__ = [
     "CollateError",
     "DatasetError",
     "DatasetIndexError",
+    "ImageDecodeError",
+    "PackedFormatError",
     "ShmError",
     "StokerError",
+    "TooManyBadSamples",
     "WorkerError",
 ]
 
@@ -47,9 +54,34 @@ class DatasetIndexError(DatasetError, IndexError):
     """An index is outside a dataset's range."""
 
 
+class ImageDecodeError(DatasetError, ValueError):
+    """Encoded bytes could not be decoded as an image; the message names the file."""
+
+
+class PackedFormatError(DatasetError):
+    """A packed dataset is incomplete, truncated, corrupted or not a packed dataset.
+
+    The message names the file and, where one is at fault, the record.
+    """
+
+
+class TooManyBadSamples(StokerError):
+    """More samples failed than ``max_errors`` allows; the message summarises them."""
+
+
 class WorkerError(StokerError, RuntimeError):
     """A loader worker died, timed out, or reported an error it could not carry."""
 
 
 class ShmError(StokerError, OSError):
     """Shared memory (``/dev/shm``) is missing or too small for the slot pool."""
+
+
+# Users import these from ``stoker``; tracebacks and reprs name them there too. Pickling
+# (a worker's exception sent to the trainer) finds them there as well.
+for _error in (
+    CollateError, DatasetError, DatasetIndexError, ImageDecodeError, PackedFormatError,
+    ShmError, StokerError, TooManyBadSamples, WorkerError,
+):  # fmt: skip
+    _error.__module__ = "stoker"
+del _error

@@ -1,8 +1,10 @@
 """Argument checks shared by every public entry point, with messages that say what to do.
 
-Integers may be Python or numpy integers (as torch accepts them); booleans must be real
-booleans (``"no"`` is not ``False``); a number of seconds must be finite or infinite,
-never NaN. Each check returns the value in its plain Python type.
+Integers may be Python or numpy integers (as torch accepts them), never booleans;
+booleans must be real booleans (``"no"`` is not ``False``); a number of seconds must be
+finite or infinite, never NaN. Each check returns the value in its plain Python type.
+:func:`is_int` is the test behind :func:`check_int`, for checks of composite values (a
+size or a pair of sizes, a count or a fraction) that word their own message.
 """
 
 from __future__ import annotations
@@ -13,11 +15,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_seconds"]
+__all__ = ["check_bool", "check_choice", "check_int", "check_optional_int", "check_seconds", "is_int"]
 
 
 def _with_hint(msg: str, hint: str) -> str:
     return f"{msg} ({hint})" if hint else msg
+
+
+def is_int(value: Any) -> bool:
+    """True for a Python or numpy integer; False for a bool (numpy's too) and anything else.
+
+    Example:
+        >>> is_int(np.uint8(3)), is_int(True), is_int(3.0)
+        (True, False, False)
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _int_kind(minimum: int) -> str:
+    if minimum == 1:
+        return "a positive integer"
+    return "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
 
 
 def check_int(
@@ -37,11 +55,25 @@ def check_int(
         >>> check_int("batch_size", np.int64(8), minimum=1)
         8
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        head = message or f"{name} must be {kind}"
+    if not is_int(value) or value < minimum:
+        head = message or f"{name} must be {_int_kind(minimum)}"
         raise error(_with_hint(f"{head}, got {value!r}", hint))
     return int(value)
+
+
+def check_optional_int(
+    name: str, value: Any, *, minimum: int = 0, hint: str = "", error: type[Exception] = ValueError
+) -> int | None:
+    """:func:`check_int` that also lets ``None`` through (and says so in its message).
+
+    Example:
+        >>> check_optional_int("max_length", None, minimum=1) is None
+        True
+    """
+    if value is None:
+        return None
+    message = f"{name} must be {_int_kind(minimum)} or None"
+    return check_int(name, value, minimum=minimum, hint=hint, error=error, message=message)
 
 
 def check_bool(name: str, value: Any, *, error: type[Exception] = TypeError) -> bool:

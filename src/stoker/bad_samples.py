@@ -34,15 +34,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._errors import StokerError
+import numpy as np
+
+from stoker._errors import TooManyBadSamples
+from stoker._validate import check_int, is_int
 
 __all__ = ["BadSampleBudget", "ErrorReport", "SkippedSample", "TooManyBadSamples", "skipped_sample"]
 
 logger = logging.getLogger("stoker")
-
-
-class TooManyBadSamples(StokerError):
-    """More samples failed than ``max_errors`` allows; the message summarises them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,16 +150,15 @@ class BadSampleBudget:
 def check_max_errors(max_errors: Any) -> int | float | None:
     if max_errors is None:
         return None
-    if isinstance(max_errors, bool) or not isinstance(max_errors, (int, float)):
+    if is_int(max_errors):
+        return check_int("max_errors", max_errors, message="max_errors must be >= 0")
+    if not isinstance(max_errors, (float, np.floating)):
         msg = f"max_errors must be None, a count (int >= 0) or a fraction in (0, 1), got {max_errors!r}"
         raise TypeError(msg)
-    if isinstance(max_errors, float) and not 0 < max_errors < 1:
+    if not 0 < max_errors < 1:
         msg = (
             f"max_errors={max_errors!r}: a float is a fraction of the samples attempted and must lie "
             "in (0, 1); pass an int for a count"
         )
         raise ValueError(msg)
-    if isinstance(max_errors, int) and max_errors < 0:
-        msg = f"max_errors must be >= 0, got {max_errors}"
-        raise ValueError(msg)
-    return max_errors
+    return float(max_errors)

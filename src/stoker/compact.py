@@ -32,7 +32,11 @@ from typing import Any, overload
 
 import numpy as np
 
+from stoker._index import normalize_index
+
 __all__ = ["RecordArray", "StringArray", "compact"]
+
+_OR_SLICE = "a slice selects several"
 
 
 class StringArray(Sequence[Any]):
@@ -125,17 +129,7 @@ class StringArray(Sequence[Any]):
         n = len(self)
         if isinstance(index, slice):
             return StringArray([self._item(i) for i in range(*index.indices(n))], encoding=self._encoding)
-        try:
-            i = int(np.int64(index)) if not isinstance(index, int) else index
-        except (TypeError, ValueError):
-            msg = f"StringArray indices must be integers or slices, got {type(index).__name__}"
-            raise TypeError(msg) from None
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            msg = f"StringArray index {index} is out of range for length {n}"
-            raise IndexError(msg)
-        return self._item(i)
+        return self._item(normalize_index(index, n, "StringArray", hint=_OR_SLICE))
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
@@ -235,13 +229,7 @@ class RecordArray(Sequence[Any]):
         n = len(self)
         if isinstance(index, slice):
             return [self._record(i) for i in range(*index.indices(n))]
-        i = int(index)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            msg = f"RecordArray index {index} is out of range for length {n}"
-            raise IndexError(msg)
-        return self._record(i)
+        return self._record(normalize_index(index, n, "RecordArray", hint=_OR_SLICE))
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):

@@ -29,7 +29,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from stoker._errors import DatasetError, DatasetIndexError
+from stoker._errors import DatasetError
+from stoker._index import normalize_index, normalize_indices
 from stoker._seeding import derive_rng, is_torch_generator
 from stoker._stacked import StackedSamples
 
@@ -156,58 +157,8 @@ def _is_torch_tensor(obj: object) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _as_index(index: Any, owner: str) -> int:
-    """``index`` as a Python int; bools, floats and slices are rejected."""
-    if isinstance(index, (bool, np.bool_)):
-        msg = f"{owner} index must be an integer, got the bool {index!r}"
-        raise TypeError(msg)
-    try:
-        return operator.index(index)
-    except TypeError:
-        msg = (
-            f"{owner} index must be an integer, got {type(index).__name__}: {index!r}; "
-            f"to fetch several samples call __getitems__(indices) or use Subset"
-        )
-        raise TypeError(msg) from None
-
-
-def _normalize_index(index: Any, length: int, owner: str) -> int:
-    """Resolves a possibly negative integer index against ``length``."""
-    i = _as_index(index, owner)
-    j = i + length if i < 0 else i
-    if not 0 <= j < length:
-        msg = (
-            f"index {i} is out of range for {owner} of length {length}; "
-            f"valid indices are {-length} to {length - 1}"
-        )
-        raise DatasetIndexError(msg)
-    return j
-
-
-def _index_array(indices: Any, length: int, owner: str) -> np.ndarray:
-    """``indices`` as a 1-d int64 array in ``[0, length)`` (negatives resolved)."""
-    raw = np.asarray(indices)
-    if raw.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if raw.ndim != 1:
-        msg = f"{owner}.__getitems__ needs a flat list of indices, got shape {raw.shape}"
-        raise ValueError(msg)
-    if raw.dtype.kind not in "iu":
-        msg = (
-            f"{owner}.__getitems__ needs integer indices, got dtype {raw.dtype} "
-            f"(first index {raw[0]!r})"
-        )
-        raise TypeError(msg)
-    idx = raw.astype(np.int64, copy=False)
-    bad = (idx < -length) | (idx >= length)
-    if bad.any():
-        pos = int(np.flatnonzero(bad)[0])
-        msg = (
-            f"index {int(idx[pos])} (position {pos} of the {idx.size} requested) is out of "
-            f"range for {owner} of length {length}; valid indices are {-length} to {length - 1}"
-        )
-        raise DatasetIndexError(msg)
-    return np.where(idx < 0, idx + length, idx)
+# What to do instead of passing a list or a slice to __getitem__.
+_SEVERAL = "to fetch several samples call __getitems__(indices) or use Subset"
 
 
 class ArrayDataset(Dataset[tuple[Any, ...]]):
@@ -259,11 +210,11 @@ class ArrayDataset(Dataset[tuple[Any, ...]]):
         return int(self.arrays[0].shape[0])
 
     def __getitem__(self, index: Any) -> tuple[Any, ...]:
-        i = _normalize_index(index, len(self), "ArrayDataset")
+        i = normalize_index(index, len(self), "ArrayDataset", hint=_SEVERAL)
         return tuple(a[i] for a in self.arrays)
 
     def __getitems__(self, indices: Sequence[int]) -> StackedSamples:
-        idx = _index_array(indices, len(self), "ArrayDataset")
+        idx = normalize_indices(indices, len(self), "ArrayDataset")
         columns = []
         torch_idx = None
         for a in self.arrays:
@@ -356,12 +307,12 @@ class ConcatDataset(Dataset[_T_co]):
         return k, i - (self.cumulative_sizes[k - 1] if k else 0)
 
     def __getitem__(self, index: Any) -> _T_co:
-        k, local = self._locate(_normalize_index(index, len(self), "ConcatDataset"))
+        k, local = self._locate(normalize_index(index, len(self), "ConcatDataset", hint=_SEVERAL))
         return self.datasets[k][local]
 
     def __getitems__(self, indices: Sequence[int]) -> Sequence[Any]:
         """Fetches ``indices`` in order, with one batched call per member when it can."""
-        idx = _index_array(indices, len(self), "ConcatDataset")
+        idx = normalize_indices(indices, len(self), "ConcatDataset")
         sizes = np.asarray(self.cumulative_sizes, dtype=np.int64)
         member = np.searchsorted(sizes, idx, side="right")
         starts = np.concatenate(([0], sizes[:-1]))

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from stoker._validate import check_bool, is_int
+
 __all__ = ["seed_everything"]
 
 _MAX_SEED = 2**32 - 1  # numpy's legacy global generator takes seeds in [0, 2**32 - 1]
@@ -57,13 +59,15 @@ def seed_everything(seed: int, *, deterministic_cudnn: bool = True) -> int:
 
     Example:
         >>> import numpy as np
+
+from stoker._validate import check_bool, is_int
         >>> from stoker.seeding_utils import seed_everything
         >>> a = (seed_everything(7), np.random.rand())
         >>> b = (seed_everything(7), np.random.rand())
         >>> a == b
         True
     """
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+    if not is_int(seed):
         msg = f"seed must be an int in [0, {_MAX_SEED}], got {type(seed).__name__}: {seed!r}"
         raise TypeError(msg)
     if not 0 <= seed <= _MAX_SEED:
@@ -72,9 +76,7 @@ def seed_everything(seed: int, *, deterministic_cudnn: bool = True) -> int:
             f"got {seed}; reduce it, for example with seed % 2**32"
         )
         raise ValueError(msg)
-    if not isinstance(deterministic_cudnn, bool):
-        msg = f"deterministic_cudnn must be True or False, got {deterministic_cudnn!r}"
-        raise TypeError(msg)
+    deterministic_cudnn = check_bool("deterministic_cudnn", deterministic_cudnn)
     seed = int(seed)
     random.seed(seed)
     np.random.seed(seed)

@@ -32,8 +32,9 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
+from stoker._validate import check_int
 from stoker._worker_info import get_worker_info
 from stoker.datasets import IterableDataset
 
@@ -69,14 +70,6 @@ class Shard(Generic[F]):
     def records(self, records: Iterable[R]) -> Iterator[R]:
         """The records of one of :attr:`items` that belong to this shard."""
         return itertools.islice(records, self.record_offset, None, self.record_stride)
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else "a non-negative integer"
-        msg = f"{name} must be {kind}, got {value!r}"
-        raise ValueError(msg)
-    return value
 
 
 def _from_environment() -> tuple[int, int] | None:
@@ -143,10 +136,10 @@ def current_shard(
         found_id, found_num = _worker_topology()
         worker_id = found_id if worker_id is None else worker_id
         num_workers = found_num if num_workers is None else num_workers
-    world_size = _check_int("world_size", world_size, 1)
-    num_workers = _check_int("num_workers", num_workers, 1)
-    rank = _check_int("rank", rank, 0)
-    worker_id = _check_int("worker_id", worker_id, 0)
+    world_size = check_int("world_size", world_size, minimum=1)
+    num_workers = check_int("num_workers", num_workers, minimum=1)
+    rank = check_int("rank", rank)
+    worker_id = check_int("worker_id", worker_id)
     if rank >= world_size:
         msg = f"rank must be in [0, {world_size - 1}] with world_size={world_size}, got rank={rank}"
         raise ValueError(msg)

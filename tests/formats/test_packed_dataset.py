@@ -87,12 +87,12 @@ def test_getitem_checks_indices_like_a_sequence(packed) -> None:
     np.testing.assert_array_equal(ds[-1][0], ds[49][0])
     assert ds[np.int64(4)][1] == 1
     with pytest.raises(
-        DatasetIndexError, match="index 50 is out of range for a PackedDataset of 50 records"
+        DatasetIndexError, match=r"index 50 is out of range for PackedDataset of length 50; valid indices are -50 to 49"
     ):
         ds[50]
     with pytest.raises(IndexError, match="index -51 is out of range"):
         ds[-51]
-    with pytest.raises(TypeError, match="PackedDataset indices must be integers, got str"):
+    with pytest.raises(TypeError, match="PackedDataset index must be an integer, got str: '3'"):
         ds["3"]
 
 
@@ -107,7 +107,7 @@ def test_getitems_returns_the_same_samples_as_getitem_in_order(packed) -> None:
         assert got[1] == expected[1] and type(got[1]) is int
     assert ds.__getitems__([]) == []
     with pytest.raises(
-        DatasetIndexError, match="index 99 is out of range for a PackedDataset of 50 records"
+        DatasetIndexError, match=r"index 99 \(position 1 of the 2 requested\) is out of range for PackedDataset of length 50"
     ):
         ds.__getitems__([1, 99])
     assert ds.__getitems__(np.array([3, 4]))[1][1] == 1

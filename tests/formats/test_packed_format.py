@@ -150,7 +150,7 @@ def test_a_shard_whose_records_are_all_empty_has_an_empty_payload(tmp_path) -> N
 def test_an_empty_dataset_round_trips(tmp_path) -> None:
     ds = PackedDataset(write(tmp_path / "d", []))
     assert len(ds) == 0 and ds.shard_paths == ()
-    with pytest.raises(IndexError, match="out of range for a PackedDataset of 0 records"):
+    with pytest.raises(IndexError, match="out of range for PackedDataset of length 0; it is empty"):
         ds[0]
 
 
@@ -533,3 +533,9 @@ def test_a_grown_shard_a_bad_manifest_and_a_newer_version_are_reported(tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist; pass the directory"):
         PackedDataset(tmp_path / "missing")
     assert issubclass(PackedFormatError, DatasetError)
+
+
+def test_numpy_integers_size_shards(tmp_path) -> None:
+    writer = PackedWriter(tmp_path / "n", max_shard_bytes=np.int64(4096))
+    assert writer.max_shard_bytes == 4096 and type(writer.max_shard_bytes) is int
+    writer.close()

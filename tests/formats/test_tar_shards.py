@@ -367,3 +367,16 @@ def test_raw_bytes_batch_through_the_loader(tmp_path) -> None:
     (batch,) = list(DataLoader(TarShards(paths), batch_size=5))
     assert batch["__key__"] == [f"{i:06d}" for i in range(5)]
     assert batch["cls"] == [b"0", b"1", b"2", b"0", b"1"]
+
+
+def test_numpy_integers_are_counts_seeds_and_epochs(tmp_path) -> None:
+    paths = write_tar_shards(
+        samples(5), str(tmp_path / "n-%02d.tar"), max_samples_per_shard=np.int64(2), max_bytes_per_shard=np.int32(1 << 20)
+    )
+    assert len(paths) == 3
+    shards = TarShards(paths, shuffle_shards=True, seed=np.int64(7), max_member_bytes=np.int64(1 << 20))
+    shards.set_epoch(np.int64(1))
+    plain = TarShards(paths, shuffle_shards=True, seed=7, max_member_bytes=1 << 20)
+    plain.set_epoch(1)
+    assert [s["__key__"] for s in shards] == [s["__key__"] for s in plain]
+    assert type(shards.seed) is int and type(shards.epoch) is int and type(shards.max_member_bytes) is int

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import DatasetError
+from stoker._validate import check_int
 from stoker.cli._output import progress_bar, say
 
 __all__ = ["add_parser", "run"]
@@ -300,8 +301,7 @@ class _Progress:
 def _pack(args: argparse.Namespace) -> int:
     from stoker.formats.packed import PackedDataset, PackedWriter
 
-    if not isinstance(args.workers, int) or args.workers < 1:
-        raise PackError(f"--workers must be a positive integer, got {args.workers!r}")
+    check_int("--workers", args.workers, minimum=1, error=PackError)
     if args.check != "none":
         try:
             import PIL  # noqa: F401

@@ -3,7 +3,6 @@ checking and converting their values, building outputs."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -212,14 +211,6 @@ def _key_list(name: str, value: Any, *, allow_none: bool) -> tuple[Any, ...] | N
         msg = f"{name} names a field twice: {list(keys)}"
         raise ValueError(msg)
     return keys
-
-
-def _positive_int_or_none(name: str, value: Any) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1
-    ):
-        msg = f"{name} must be a positive integer or None, got {value!r}"
-        raise ValueError(msg)
 
 
 def _assemble(out: dict[Any, Any], keys: Sequence[Any], is_dict: bool, extras: list[tuple[Any, Any]]) -> Any:

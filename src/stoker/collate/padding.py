@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import CollateError
+from stoker._validate import check_optional_int, is_int
 from stoker.collate import (
     _NUMBER_TYPES,
     _SHAPE_HINT,
@@ -31,7 +31,6 @@ from stoker.collate._fields import (
     _check_other_dims,
     _key_list,
     _new_filled,
-    _positive_int_or_none,
     _seg,
     _split_samples,
     _to_output,
@@ -152,19 +151,20 @@ class PadCollate:
                     raise ValueError(msg)
                 seen.add(k)
         object.__setattr__(self, "groups", groups)
-        if isinstance(self.axis, bool) or not isinstance(self.axis, numbers.Integral):
+        if not is_int(self.axis):
             msg = f"axis must be a non-negative integer, got {self.axis!r}"
             raise TypeError(msg)
         if self.axis < 0:
             msg = f"axis must be a non-negative integer (an axis of one sample), got {self.axis}"
             raise ValueError(msg)
+        object.__setattr__(self, "axis", int(self.axis))
         _check_key("mask_key", self.mask_key)
         _check_key("lengths_key", self.lengths_key)
         if self.mask_key is not None and self.mask_key == self.lengths_key:
             msg = f"mask_key and lengths_key must differ, both are {self.mask_key!r}"
             raise ValueError(msg)
-        _positive_int_or_none("pad_to_multiple_of", self.pad_to_multiple_of)
-        _positive_int_or_none("max_length", self.max_length)
+        for name in ("pad_to_multiple_of", "max_length"):
+            object.__setattr__(self, name, check_optional_int(name, getattr(self, name), minimum=1))
         m, cap = self.pad_to_multiple_of, self.max_length
         if m is not None and cap is not None and cap % m:
             msg = (

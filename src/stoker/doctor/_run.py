@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from stoker._validate import check_int
 from stoker.datasets import is_iterable_dataset
 from stoker.doctor._checks import (
     check_batches,
@@ -66,12 +65,12 @@ def check(
         (True, 'sample[1]: 2 classes, most common 0 (50%)')
     """
     options = Options(
-        batch_size=_positive("batch_size", batch_size),
-        num_batches=_positive("num_batches", num_batches),
-        stats_samples=_positive("stats_samples", stats_samples),
-        num_workers=_positive("num_workers", num_workers, minimum=0),
-        index=_positive("index", index, minimum=0),
-        seed=_positive("seed", seed, minimum=0),
+        batch_size=check_int("batch_size", batch_size, minimum=1),
+        num_batches=check_int("num_batches", num_batches, minimum=1),
+        stats_samples=check_int("stats_samples", stats_samples, minimum=1),
+        num_workers=check_int("num_workers", num_workers),
+        index=check_int("index", index),
+        seed=check_int("seed", seed),
     )
     ctx = Context(dataset, options, iterable=is_iterable_dataset(dataset))
     if target is None:
@@ -100,11 +99,3 @@ def _run(ctx: Context, name: str, run_check: Callable[[Context], None]) -> None:
         run_check(ctx)
     except Exception as exc:
         ctx.add_raised(name, "the check", exc)
-
-
-def _positive(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else "a non-negative integer"
-        msg = f"{name} must be {kind}, got {value!r}"
-        raise ValueError(msg)
-    return int(value)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._errors import DatasetError
+from stoker._errors import PackedFormatError
 
 __all__ = [
     "ALIGN",
@@ -51,13 +51,6 @@ ALIGN = 16
 BLOB_KINDS = frozenset({"bytes", "str", "array"})  # stored in the shard's data file
 _SCALAR_DTYPES = {"int": np.dtype("<i8"), "float": np.dtype("<f8")}  # stored in the index
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-class PackedFormatError(DatasetError):
-    """A packed dataset is incomplete, truncated, corrupted or not a packed dataset.
-
-    The message names the file and, where one is at fault, the record.
-    """
 
 
 def align_up(value: int, align: int = ALIGN) -> int:

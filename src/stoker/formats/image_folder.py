@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import os
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from stoker._errors import DatasetError, DatasetIndexError
+from stoker._errors import DatasetError
+from stoker._index import normalize_index
+from stoker._validate import check_choice
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
 from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
@@ -133,9 +134,7 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         size_hint: int | tuple[int, int] | str | None = None,
         max_pixels: MaxPixels = PILLOW_LIMIT,
     ) -> None:
-        if decode not in _DECODE:
-            msg = f"decode must be one of {_DECODE}, got {decode!r}"
-            raise ValueError(msg)
+        check_choice("decode", decode, _DECODE)
         if size_hint != "full":
             check_size_hint(size_hint)
         self.max_pixels = check_max_pixels(max_pixels)
@@ -280,16 +279,7 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
             return None  # a foreign attribute of that name: ignore it
 
     def _check_index(self, index: Any) -> int:
-        n = len(self._targets)
-        try:
-            i = operator.index(index)
-        except TypeError:
-            msg = f"ImageFolder indices must be integers, got {type(index).__name__}: {index!r}"
-            raise TypeError(msg) from None
-        if not -n <= i < n:
-            msg = f"index {index} is out of range for an ImageFolder of {n} images"
-            raise DatasetIndexError(msg)
-        return i + n if i < 0 else i
+        return normalize_index(index, len(self._targets), "ImageFolder")
 
     def __repr__(self) -> str:
         return (

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._errors import DatasetIndexError
+from stoker._index import normalize_index, normalize_indices
 from stoker.datasets import Dataset
 from stoker.formats._packed_checks import check_data_file, check_index, load_npy, map_payload
 from stoker.formats._packed_manifest import read_manifest
@@ -262,18 +262,7 @@ class PackedDataset(Dataset[Any]):
     # -- reading -------------------------------------------------------------------------
 
     def _check_index(self, opened: _Opened, index: Any) -> int:
-        n = opened.starts_list[-1]
-        try:
-            i = index.__index__()
-        except (AttributeError, TypeError):
-            msg = f"PackedDataset indices must be integers, got {type(index).__name__} {index!r}"
-            raise TypeError(msg) from None
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            msg = f"index {index} is out of range for a PackedDataset of {n} records"
-            raise DatasetIndexError(msg)
-        return i
+        return normalize_index(index, opened.starts_list[-1], "PackedDataset")
 
     def __getitem__(self, index: int) -> Any:
         opened = self._open()
@@ -306,16 +295,7 @@ class PackedDataset(Dataset[Any]):
 
     def _get_many(self, indices: Sequence[int]) -> list[Any]:
         opened = self._open()
-        n = opened.starts_list[-1]
-        idx = np.asarray(indices)
-        if idx.size and idx.dtype.kind not in "iu":
-            return [self[i] for i in indices]  # let __getitem__ explain the bad index
-        idx = idx.astype(np.int64, copy=False).reshape(-1)
-        idx = np.where(idx < 0, idx + n, idx)
-        bad = np.flatnonzero((idx < 0) | (idx >= n))
-        if bad.size:
-            msg = f"index {indices[int(bad[0])]} is out of range for a PackedDataset of {n} records"
-            raise DatasetIndexError(msg)
+        idx = normalize_indices(indices, opened.starts_list[-1], "PackedDataset")
         columns = opened.columns
         shards = (np.searchsorted(opened.starts, idx, side="right") - 1).tolist()
         offsets = columns["offset"][idx]

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 import stoker
+from stoker._validate import check_int
 from stoker.formats._packed_manifest import with_checksum
 from stoker.formats._packed_spec import (
     ALIGN,
@@ -97,10 +98,7 @@ class PackedWriter:
         overwrite: bool = False,
     ) -> None:
         self.path = fspath(path, "path")
-        if not isinstance(max_shard_bytes, int) or isinstance(max_shard_bytes, bool) or max_shard_bytes <= 0:
-            msg = f"max_shard_bytes must be a positive int (bytes), got {max_shard_bytes!r}"
-            raise ValueError(msg)
-        self.max_shard_bytes = max_shard_bytes
+        self.max_shard_bytes = check_int("max_shard_bytes", max_shard_bytes, minimum=1, hint="bytes")
         self.classes = _check_classes(classes)
         self.metadata: dict[str, Any] = dict(metadata or {})
         _check_json("metadata", self.metadata)

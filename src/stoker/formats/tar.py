@@ -43,14 +43,13 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import DatasetError
+from stoker._validate import check_int, check_optional_int
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
 from stoker.formats._npy import read_npy_header
 from stoker.formats._tar_stream import BadSample, check_shard, is_url, read_samples
-from stoker.formats.tar_writer import IMAGE_EXTENSIONS, check_count, write_tar_shards
+from stoker.formats.tar_writer import IMAGE_EXTENSIONS, write_tar_shards
 from stoker.formats.text import (
-    _check_epoch,
-    _check_seed,
     _check_verify,
     _file_order,
     _resolve_files,
@@ -260,14 +259,14 @@ class TarShards(IterableDataset[dict[str, Any]]):
         if not (on_error in ("raise", "skip") or callable(on_error)):
             msg = f"on_error must be 'raise', 'skip' or a handler f(exc) -> bool, got {on_error!r}"
             raise ValueError(msg)
-        check_count("max_member_bytes", max_member_bytes, optional=True)
+        max_member_bytes = check_optional_int("max_member_bytes", max_member_bytes, minimum=1)
         self.shards = _resolve_shards(urls_or_paths)
         self.decode = _check_decode(decode, max_pixels)
         self.on_error = on_error
         self.verify = _check_verify(verify)
         self.max_member_bytes = max_member_bytes
         self.shuffle_shards = bool(shuffle_shards)
-        self.seed = _check_seed(seed)
+        self.seed = check_int("seed", seed)
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
@@ -275,7 +274,7 @@ class TarShards(IterableDataset[dict[str, Any]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose shard order the next iteration uses (with ``shuffle_shards``)."""
-        self.epoch = _check_epoch(epoch)
+        self.epoch = check_int("epoch", epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         order = _file_order(len(self.shards), self.shuffle_shards, self.seed, self.epoch)

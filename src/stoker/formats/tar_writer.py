@@ -17,19 +17,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IMAGE_EXTENSIONS", "check_count", "write_tar_shards"]
+from stoker._validate import check_int, check_optional_int
+
+__all__ = ["IMAGE_EXTENSIONS", "write_tar_shards"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "bmp", "gif", "tif", "tiff", "webp")
-
-
-def check_count(name: str, value: Any, *, optional: bool = False) -> None:
-    """Raises ValueError unless ``value`` is a positive int (or None, when ``optional``)."""
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        what = "a positive integer or None" if optional else "a positive integer"
-        msg = f"{name} must be {what}, got {value!r}"
-        raise ValueError(msg)
 
 
 def _shard_name(pattern: str, number: int) -> str:
@@ -122,8 +114,8 @@ def write_tar_shards(
     if not re.search(r"%[-0 #+]*\d*d|\{[^}]*\}", pattern):
         msg = f"dst_pattern must hold a shard number placeholder like '%06d' or '{{:06d}}', got {pattern!r}"
         raise ValueError(msg)
-    check_count("max_samples_per_shard", max_samples_per_shard)
-    check_count("max_bytes_per_shard", max_bytes_per_shard, optional=True)
+    max_samples_per_shard = check_int("max_samples_per_shard", max_samples_per_shard, minimum=1)
+    max_bytes_per_shard = check_optional_int("max_bytes_per_shard", max_bytes_per_shard, minimum=1)
     written: list[str] = []
     archive: tarfile.TarFile | None = None
     partial = path = previous = ""

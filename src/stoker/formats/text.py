@@ -39,10 +39,9 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import numpy as np
-
 from stoker._errors import DatasetError
 from stoker._seeding import epoch_rng
+from stoker._validate import check_choice, check_int
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
 from stoker.formats._compressed import (
@@ -166,13 +165,6 @@ def _walk(root: str, suffixes: tuple[str, ...] | None) -> list[str]:
     return sorted(found.path for found in walk_files(root, keep=keep))
 
 
-def _check_option(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        msg = f"{name} must be one of {allowed}, got {value!r}"
-        raise ValueError(msg)
-    return value
-
-
 def _check_verify(verify: Any) -> bool | str:
     """``verify`` of the streaming readers: False or ``"open"`` (True means ``"open"``)."""
     verify = "open" if verify is True else verify
@@ -180,21 +172,6 @@ def _check_verify(verify: Any) -> bool | str:
         msg = f"verify must be False or 'open', got {verify!r}"
         raise ValueError(msg)
     return verify
-
-
-def _check_epoch(epoch: Any) -> int:
-    """``epoch`` as an int, or a ValueError naming it (the streams' ``set_epoch``)."""
-    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-        msg = f"epoch must be a non-negative integer, got {epoch!r}"
-        raise ValueError(msg)
-    return int(epoch)
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        msg = f"seed must be a non-negative integer, got {seed!r}"
-        raise ValueError(msg)
-    return int(seed)
 
 
 def _file_order(count: int, shuffle: bool, seed: int, epoch: int) -> list[int]:
@@ -238,10 +215,10 @@ class _LineFiles(IterableDataset[Any]):
         self.files = _resolve_files(files, owner=owner, suffixes=self._suffixes)
         self.encoding = encoding
         self.transform = transform
-        self.on_error = _check_option("on_error", on_error, _ON_ERROR)
+        self.on_error = check_choice("on_error", on_error, _ON_ERROR)
         self.verify = _check_verify(verify)
         self.shuffle_files = bool(shuffle_files)
-        self.seed = _check_seed(seed)
+        self.seed = check_int("seed", seed)
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
@@ -249,7 +226,7 @@ class _LineFiles(IterableDataset[Any]):
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose file order the next iteration uses (with ``shuffle_files``)."""
-        self.epoch = _check_epoch(epoch)
+        self.epoch = check_int("epoch", epoch)
 
     def file_order(self, epoch: int | None = None) -> list[str]:
         """The files in the order epoch ``epoch`` (default: the current one) reads them."""

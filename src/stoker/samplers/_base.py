@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from stoker._seeding import derive_rng, epoch_rng, is_torch_generator, resolve_base_seed
+from stoker._validate import check_int, is_int
 
 __all__ = [
     "EpochState",
@@ -44,8 +45,6 @@ __all__ = [
     "Randomized",
     "Sampler",
     "as_int_array",
-    "check_bool",
-    "check_positive_int",
     "iter_ints",
 ]
 
@@ -77,30 +76,6 @@ class Sampler(Generic[T_co]):
         raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
 
 
-def check_positive_int(name: str, value: Any) -> int:
-    """Returns ``value`` as an int, or raises ``ValueError`` naming the argument."""
-    if (
-        isinstance(value, (bool, np.bool_))
-        or not isinstance(value, (int, np.integer))
-        or value <= 0
-    ):
-        msg = f"{name} must be a positive integer, got {value!r}"
-        raise ValueError(msg)
-    return int(value)
-
-
-def check_bool(name: str, value: Any, *, error: type[Exception] = TypeError) -> bool:
-    """Returns ``value`` if it is a bool, or raises ``error`` naming the argument.
-
-    ``error`` lets each sampler raise the exception type torch raises for the same
-    mistake (torch is not consistent: ``TypeError`` in one place, ``ValueError`` in another).
-    """
-    if not isinstance(value, bool):
-        msg = f"{name} must be True or False, got {type(value).__name__}: {value!r}"
-        raise error(msg)
-    return value
-
-
 def as_int_array(name: str, values: Any, *, non_negative: bool) -> np.ndarray:
     """``values`` (a 1-D sequence or array of ints) as an int64 array.
 
@@ -124,7 +99,7 @@ def as_int_array(name: str, values: Any, *, non_negative: bool) -> np.ndarray:
     else:
         elements = arr.tolist()
     for i, value in enumerate(elements):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             msg = f"{name} must be ints, but {name}[{i}] is {type(value).__name__}: {value!r}"
             raise TypeError(msg)
     if arr.size == 0:
@@ -137,13 +112,6 @@ def as_int_array(name: str, values: Any, *, non_negative: bool) -> np.ndarray:
             msg = f"{name} must be non-negative, but {name}[{i}] is {int(arr[i])}"
             raise ValueError(msg)
     return arr
-
-
-def _check_epoch(epoch: Any) -> int:
-    if isinstance(epoch, (bool, np.bool_)) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-        msg = f"epoch must be a non-negative integer, got {epoch!r}"
-        raise ValueError(msg)
-    return int(epoch)
 
 
 def iter_ints(indices: np.ndarray) -> Iterator[int]:
@@ -195,7 +163,7 @@ class EpochState:
 
     @epoch.setter
     def epoch(self, epoch: int) -> None:
-        self._epoch = _check_epoch(epoch)
+        self._epoch = check_int("epoch", epoch)
 
     @property
     def base_seed(self) -> int | None:
@@ -215,7 +183,7 @@ class EpochState:
             epoch: a non-negative int. With an int seed or numpy Generator, epoch
                 ``e``'s order depends only on the base seed and ``e``.
         """
-        self._epoch = _check_epoch(epoch)
+        self._epoch = check_int("epoch", epoch)
 
     def _next_epoch(self) -> int:
         epoch = self._epoch
@@ -268,7 +236,7 @@ class EpochState:
         if saved_type != name:
             msg = f"this state was saved by a {saved_type}; it cannot be loaded into a {name}"
             raise ValueError(msg)
-        epoch = _check_epoch(state_dict["epoch"])
+        epoch = check_int("epoch", state_dict["epoch"])
         if self._torch_generator is not None:
             if "generator_state" not in state_dict:
                 msg = (

@@ -7,13 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import (
-    IndexSampler,
-    Randomized,
-    as_int_array,
-    check_bool,
-    check_positive_int,
-)
+from stoker._validate import check_bool, check_int
+from stoker.samplers._base import IndexSampler, Randomized, as_int_array
 
 __all__ = ["RandomSampler", "SequentialSampler", "SubsetRandomSampler"]
 
@@ -79,7 +74,7 @@ class RandomSampler(Randomized, IndexSampler):
         self.data_source = data_source
         self.replacement = check_bool("replacement", replacement, error=TypeError)
         if num_samples is not None:
-            num_samples = check_positive_int("num_samples", num_samples)
+            num_samples = check_int("num_samples", num_samples, minimum=1)
         elif len(data_source) == 0:
             msg = (
                 "RandomSampler needs a non-empty data_source (num_samples defaults to its "

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import IndexSampler, Sampler, check_bool, check_positive_int
+from stoker._validate import check_bool, check_int
+from stoker.samplers._base import IndexSampler, Sampler
 
 __all__ = ["BatchSampler"]
 
@@ -54,7 +55,7 @@ class BatchSampler(Sampler[list[int]]):
     ) -> None:
         # Like torch: no isinstance check on sampler, since objects with __getitem__
         # are iterable without being collections.abc.Iterable.
-        self.batch_size = check_positive_int("batch_size", batch_size)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.drop_last = check_bool("drop_last", drop_last, error=ValueError)
         self.sampler = sampler
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import IndexSampler, Randomized, check_positive_int
+from stoker._validate import check_int
+from stoker.samplers._base import IndexSampler, Randomized
 
 __all__ = ["BlockShuffleSampler"]
 
@@ -59,8 +60,8 @@ class BlockShuffleSampler(Randomized, IndexSampler):
         generator: Any = None,
     ) -> None:
         self.data_source = data_source
-        self.block_size = check_positive_int("block_size", block_size)
-        self.window = check_positive_int("window", window)
+        self.block_size = check_int("block_size", block_size, minimum=1)
+        self.window = check_int("window", window, minimum=1)
         self._init_epoch_state(generator)
 
     def _indices_for_epoch(self, epoch: int) -> np.ndarray:

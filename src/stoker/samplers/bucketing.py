@@ -7,14 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import (
-    EpochState,
-    Randomized,
-    Sampler,
-    as_int_array,
-    check_bool,
-    check_positive_int,
-)
+from stoker._validate import check_bool, check_int
+from stoker.samplers._base import EpochState, Randomized, Sampler, as_int_array
 
 __all__ = ["BucketBatchSampler"]
 
@@ -62,10 +56,8 @@ class BucketBatchSampler(Randomized, EpochState, Sampler[list[int]]):
         generator: Any = None,
     ) -> None:
         self.lengths = as_int_array("lengths", lengths, non_negative=True)
-        self.batch_size = check_positive_int("batch_size", batch_size)
-        self.bucket_size_multiplier = check_positive_int(
-            "bucket_size_multiplier", bucket_size_multiplier
-        )
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        self.bucket_size_multiplier = check_int("bucket_size_multiplier", bucket_size_multiplier, minimum=1)
         self.shuffle = check_bool("shuffle", shuffle)
         self.drop_last = check_bool("drop_last", drop_last)
         self._init_epoch_state(generator, seeded=shuffle)

@@ -10,7 +10,8 @@ from typing import Any, Literal
 import numpy as np
 
 from stoker._errors import DatasetError
-from stoker.samplers._base import IndexSampler, check_bool, check_positive_int
+from stoker._validate import check_bool, check_choice, check_int, is_int
+from stoker.samplers._base import IndexSampler
 
 __all__ = ["DistributedSampler"]
 
@@ -62,12 +63,8 @@ def _resolve_topology(num_replicas: Any, rank: Any) -> tuple[int, int]:
                     "which sets them."
                 )
                 raise ValueError(msg)
-    num_replicas = check_positive_int("num_replicas", num_replicas)
-    if (
-        isinstance(rank, (bool, np.bool_))
-        or not isinstance(rank, (int, np.integer))
-        or not 0 <= rank < num_replicas
-    ):
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    if not is_int(rank) or not 0 <= rank < num_replicas:
         msg = (
             f"Invalid rank {rank!r}: with num_replicas={num_replicas}, rank must be an integer "
             f"in [0, {num_replicas - 1}] (ranks count from 0)"
@@ -133,10 +130,7 @@ class DistributedSampler(IndexSampler):
         check_bool("drop_last", drop_last)
         if mode is None:
             mode = "drop" if drop_last else "pad"
-        elif mode not in _MODES:
-            msg = f"mode must be one of {_MODES}, got {mode!r}"
-            raise ValueError(msg)
-        elif drop_last and mode != "drop":
+        elif check_choice("mode", mode, _MODES) != "drop" and drop_last:
             msg = (
                 f"drop_last=True asks for mode 'drop' but mode={mode!r} was passed; "
                 "pass only one of them"
@@ -167,7 +161,7 @@ class DistributedSampler(IndexSampler):
 
     @seed.setter
     def seed(self, seed: int) -> None:
-        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        if not is_int(seed):
             msg = f"seed must be a non-negative int, got {type(seed).__name__}: {seed!r}"
             raise TypeError(msg)
         if seed < 0:

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker.samplers._base import IndexSampler, Randomized, check_bool, check_positive_int
+from stoker._validate import check_bool, check_int
+from stoker.samplers._base import IndexSampler, Randomized
 
 __all__ = ["WeightedRandomSampler"]
 
@@ -62,7 +63,7 @@ class WeightedRandomSampler(Randomized, IndexSampler):
         replacement: bool = True,
         generator: Any = None,
     ) -> None:
-        self.num_samples = check_positive_int("num_samples", num_samples)
+        self.num_samples = check_int("num_samples", num_samples, minimum=1)
         self.replacement = check_bool("replacement", replacement, error=ValueError)
         self.weights = _as_weights(weights)
         if not replacement:

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from stoker._proc import usable_cpus
+from stoker._validate import check_int, is_int
 from stoker.tuning.background_load import BackgroundLoad
 from stoker.tuning.peak_memory import PeakMemory
 
@@ -286,20 +287,12 @@ def sweep(
     from stoker.datasets import is_iterable_dataset
     from stoker.loader import DataLoader
 
-    workers = tuple(default_workers() if workers is None else workers)
-    for name, values, minimum in (("workers", workers, 0), ("prefetch", tuple(prefetch), 1)):
-        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < minimum]
-        if bad or not values:
-            msg = f"{name} must be a non-empty list of integers >= {minimum}, got {list(values)!r}"
-            raise ValueError(msg)
-    for name, value, minimum in (
-        ("batches", batches, 1),
-        ("warmup", warmup, 0),
-        ("batch_size", batch_size, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            msg = f"{name} must be an integer >= {minimum}, got {value!r}"
-            raise ValueError(msg)
+    workers = _int_list("workers", tuple(default_workers() if workers is None else workers), 0)
+    prefetch = _int_list("prefetch", tuple(prefetch), 1)
+    batches, warmup, batch_size = (
+        check_int(name, value, minimum=minimum, message=f"{name} must be an integer >= {minimum}")
+        for name, value, minimum in (("batches", batches, 1), ("warmup", warmup, 0), ("batch_size", batch_size, 1))
+    )
     settings: list[tuple[int, int | None]] = []
     for w in sorted(set(workers)):
         settings.extend([(0, None)] if w == 0 else [(w, p) for p in sorted(set(prefetch))])
@@ -402,6 +395,13 @@ def _time_loader(
 
 def _nothing() -> None:
     return None
+
+
+def _int_list(name: str, values: tuple[Any, ...], minimum: int) -> tuple[int, ...]:
+    if not values or not all(is_int(v) and v >= minimum for v in values):
+        msg = f"{name} must be a non-empty list of integers >= {minimum}, got {list(values)!r}"
+        raise ValueError(msg)
+    return tuple(int(v) for v in values)
 
 
 def _batch_len(batch: Any) -> int:

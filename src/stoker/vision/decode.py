@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker._errors import DatasetError
+from stoker._errors import ImageDecodeError
+from stoker._validate import check_choice, is_int
 
 __all__ = [
     "ImageDecodeError",
@@ -47,10 +48,6 @@ _PILLOW_DEFAULT_MAX_PIXELS = 1024 * 1024 * 1024 // 4 // 3
 _BACKENDS = ("auto", "simplejpeg", "pillow")
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _SIMPLEJPEG_COLORSPACES = ("YCbCr", "Gray")  # CMYK and YCCK go to Pillow, like torchvision
-
-
-class ImageDecodeError(DatasetError, ValueError):
-    """Encoded bytes could not be decoded as an image; the message names the file."""
 
 
 class _TooManyPixels(Exception):
@@ -110,9 +107,7 @@ def decode_image(
         >>> decode_image(buffer.getvalue(), size_hint=20).shape
         (24, 32, 3)
     """
-    if backend not in _BACKENDS:
-        msg = f"backend must be one of {_BACKENDS}, got {backend!r}"
-        raise ValueError(msg)
+    check_choice("backend", backend, _BACKENDS)
     check_size_hint(size_hint)
     limit = pixel_limit(max_pixels)
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
@@ -151,7 +146,7 @@ def check_max_pixels(max_pixels: Any) -> MaxPixels:
     """Returns ``max_pixels`` if it is ``"pillow"``, None or a positive int; raises otherwise."""
     if max_pixels is None or max_pixels == PILLOW_LIMIT:
         return max_pixels  # type: ignore[no-any-return]
-    if isinstance(max_pixels, (int, np.integer)) and not isinstance(max_pixels, bool) and max_pixels > 0:
+    if is_int(max_pixels) and max_pixels > 0:
         return int(max_pixels)
     msg = (
         "max_pixels must be 'pillow' (Pillow's PIL.Image.MAX_IMAGE_PIXELS), a positive int or "
@@ -182,19 +177,12 @@ def check_size_hint(size_hint: Any) -> SizeHint:
     """Returns ``size_hint`` if it is None, a positive int or a pair of them; raises otherwise."""
     if size_hint is None:
         return None
-    if (
-        isinstance(size_hint, (int, np.integer))
-        and not isinstance(size_hint, bool)
-        and size_hint > 0
-    ):
+    if is_int(size_hint) and size_hint > 0:
         return int(size_hint)
     if (
         isinstance(size_hint, (tuple, list))
         and len(size_hint) == 2
-        and all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s > 0
-            for s in size_hint
-        )
+        and all(is_int(s) and s > 0 for s in size_hint)
     ):
         return int(size_hint[0]), int(size_hint[1])
     msg = (

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from stoker._validate import is_int
 from stoker.randomness import sample_rng
 from stoker.vision._resample import check_backend as _check_backend
 from stoker.vision._resample import resize as _resize
@@ -77,16 +78,14 @@ def call_with_shared_rng(transform: Callable[[Any], Any], value: Any) -> Any:
 
 
 def _pair(size: Any, name: str) -> tuple[int, int]:
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool) and size > 0:
+    if is_int(size) and size > 0:
         return int(size), int(size)
     if isinstance(size, (tuple, list)) and len(size) == 1:
         return _pair(size[0], name)
     if (
         isinstance(size, (tuple, list))
         and len(size) == 2
-        and all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s > 0 for s in size
-        )
+        and all(is_int(s) and s > 0 for s in size)
     ):
         return int(size[0]), int(size[1])
     msg = (
@@ -189,19 +188,19 @@ class Resize:
     def __init__(
         self, size: int | tuple[int, int], max_size: int | None = None, *, backend: str = "auto"
     ) -> None:
-        self.shorter = isinstance(size, (int, np.integer)) or (
+        self.shorter = is_int(size) or (
             isinstance(size, (tuple, list)) and len(size) == 1
         )
         self.size = _pair(size, "Resize")
         if max_size is not None and (
-            not self.shorter or not isinstance(max_size, int) or max_size <= self.size[0]
+            not self.shorter or not is_int(max_size) or max_size <= self.size[0]
         ):
             msg = (
                 "max_size applies to an int size and must be an int larger than it, "
                 f"got size={size!r}, max_size={max_size!r}"
             )
             raise ValueError(msg)
-        self.max_size = max_size
+        self.max_size = None if max_size is None else int(max_size)
         self.backend = _check_backend(backend)
 
     @property
@@ -355,7 +354,7 @@ class RandomHorizontalFlip:
     keeps_size = True
 
     def __init__(self, p: float = 0.5) -> None:
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+        if not (is_int(p) or isinstance(p, (float, np.floating))) or not 0.0 <= p <= 1.0:
             msg = f"RandomHorizontalFlip p must be a probability in [0, 1], got {p!r}"
             raise ValueError(msg)
         self.p = float(p)
