@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from stoker._loader_arguments import check_arguments, warn_excessive_workers
-from stoker._progress import STATE_VERSION, Progress, epoch_owner, skip_batches
+from stoker._resume import (
+    STATE_VERSION,
+    Progress,
+    check_state,
+    epoch_owner,
+    mid_epoch_state,
+    skip_batches,
+)
 from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
 from stoker._thread_safety import warn_shared_handles
 from stoker._validate import check_int
@@ -465,15 +472,7 @@ class DataLoader(Generic[T]):
                 self._pool is not None and self._pool.state is PoolState.RUNNING
             )
         else:
-            floor, ahead = progress.resumable(held)
-            state = {"epoch": progress.epoch, "batches": floor}
-            if ahead:
-                state["ahead"] = (
-                    ahead  # delivered out of order beyond ``batches``: skipped on resume
-                )
-            state["sampler"] = progress.start.get("sampler")
-            state["generator"] = progress.start.get("generator")
-            state["torch_draw"] = progress.start.get("torch_draw", True)
+            state = mid_epoch_state(progress, held)
             if self._iterable:
                 state["dataset"] = self._stream_state()
                 state["samples"] = progress.samples
@@ -505,27 +504,7 @@ class DataLoader(Generic[T]):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next ``iter(loader)`` continue from ``state`` (see :meth:`state_dict`)."""
-        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
-            got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
-            msg = (
-                f"load_state_dict expects a dict made by DataLoader.state_dict() (version "
-                f"{STATE_VERSION}), got {got!r}"
-            )
-            raise ValueError(msg)
-        for key in ("epoch", "batches", "seed"):
-            if key not in state:
-                raise ValueError(
-                    f"the loader state has no {key!r} entry; pass what state_dict() returned"
-                )
-        if state.get("sampler") is not None and not callable(
-            getattr(self._index_sampler, "load_state_dict", None)
-        ):
-            msg = (
-                f"the state holds a sampler state but this loader's {type(self._index_sampler).__name__} "
-                "has no load_state_dict; build the loader with the same kind of sampler"
-            )
-            raise ValueError(msg)
-        self._resume = dict(state)
+        self._resume = check_state(state, self._index_sampler)
         self._progress = None
 
     def stats(self) -> LoaderStats:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import ShmError, WorkerError
-from stoker._progress import Progress
+from stoker._resume import Progress
 from stoker._tree import rebuild
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner

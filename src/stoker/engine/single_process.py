@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
-from stoker._progress import Progress
+from stoker._resume import Progress
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.plan import EpochHooks

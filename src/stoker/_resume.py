@@ -1,4 +1,4 @@
-"""Epochs and resumable progress: what ``DataLoader.state_dict()`` is made of.
+"""Resume state: what ``DataLoader.state_dict()`` is made of and how it is checked.
 
 The loader owns the epoch counter. At the start of every epoch it tells the sampler
 (``set_epoch``; stoker's samplers also advance by themselves) and records the sampler's
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["STATE_VERSION", "Progress", "epoch_owner", "skip_batches"]
+__all__ = ["STATE_VERSION", "Progress", "check_state", "epoch_owner", "mid_epoch_state", "skip_batches"]
 
 STATE_VERSION = 1
 _RECENT = 256  # deliveries remembered, for a pinning thread's read-ahead (at most a few)
@@ -92,3 +92,46 @@ def skip_batches(index_sampler: Any, skip: int, batched: bool) -> tuple[Iterator
     skipped = list(itertools.islice(iterator, skip))
     positions = sum(len(batch) for batch in skipped) if batched else len(skipped)
     return iterator, positions
+
+
+def mid_epoch_state(progress: Progress, held: int) -> dict[str, Any]:
+    """The part of a state that places a loader inside ``progress``'s epoch.
+
+    The sampler's and generator's states are those recorded when the epoch started;
+    ``held`` deliveries are taken back (see :meth:`Progress.resumable`).
+    """
+    floor, ahead = progress.resumable(held)
+    state: dict[str, Any] = {"epoch": progress.epoch, "batches": floor}
+    if ahead:
+        state["ahead"] = ahead  # delivered out of order beyond ``batches``: skipped on resume
+    state["sampler"] = progress.start.get("sampler")
+    state["generator"] = progress.start.get("generator")
+    state["torch_draw"] = progress.start.get("torch_draw", True)
+    return state
+
+
+def check_state(state: object, index_sampler: object) -> dict[str, Any]:
+    """``state`` as a plain dict, after checking it can resume a loader over ``index_sampler``.
+
+    Raises:
+        ValueError: ``state`` was not made by ``DataLoader.state_dict()`` of this version,
+            lacks an entry, or holds a sampler state this loader's sampler cannot load.
+    """
+    if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+        got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+        msg = (
+            f"load_state_dict expects a dict made by DataLoader.state_dict() (version "
+            f"{STATE_VERSION}), got {got!r}"
+        )
+        raise ValueError(msg)
+    for key in ("epoch", "batches", "seed"):
+        if key not in state:
+            msg = f"the loader state has no {key!r} entry; pass what state_dict() returned"
+            raise ValueError(msg)
+    if state.get("sampler") is not None and not callable(getattr(index_sampler, "load_state_dict", None)):
+        msg = (
+            f"the state holds a sampler state but this loader's {type(index_sampler).__name__} "
+            "has no load_state_dict; build the loader with the same kind of sampler"
+        )
+        raise ValueError(msg)
+    return dict(state)
