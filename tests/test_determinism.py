@@ -12,7 +12,7 @@ from stoker import DataLoader, sample_rng
 
 
 class Augmented:
-    """Each sample draws from every source of randomness the seeds list."""
+    """Each sample draws from every common source of randomness."""
 
     def __init__(self, n: int = 24, use_torch: bool = False) -> None:
         self.n = n

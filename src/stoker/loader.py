@@ -1,6 +1,6 @@
 """The public :class:`DataLoader`: arguments, validation, iteration.
 
-The loader wires the pipeline the seeds describe::
+The loader wires the classic PyTorch data pipeline::
 
     Dataset -> Sampler -> BatchSampler -> (fetch) -> collate_fn -> batch
 

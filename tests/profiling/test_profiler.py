@@ -1,4 +1,4 @@
-"""stoker.profile: the data-wait share of each step and the seeds' verdicts."""
+"""stoker.profile: the data-wait share of each step and its verdicts."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "doctor",
         help="run the data pipeline self-checks over a dataset",
-        description="Check a dataset the way the seeds did before every run: length, one sample's "
+        description="Check a dataset the way careful users do before every run: length, one sample's "
         "shapes, dtypes and value ranges, random or deterministic transform, a few batches, the "
         "label distribution, shuffling across epochs, and the per-channel mean and std to paste "
         "into Normalize.",

@@ -1,6 +1,6 @@
 """The data pipeline self-checks, in one call: :func:`check` (``stoker doctor`` on the command line).
 
-The checks are the ones the seeds ran by hand before every training run. They run in
+The checks are the ones careful users run by hand before every training run. They run in
 this order, each a function in ``_checks.py``:
 
 1. **length**: the dataset has samples;

@@ -159,7 +159,7 @@ def _field_flags(name: str, array: np.ndarray, data: Mapping[str, Any]) -> list[
 
 
 def _image_flags(name: str, array: np.ndarray, data: Mapping[str, Any]) -> list[Finding]:
-    """The warnings the seeds kept relearning about image tensors."""
+    """The mistakes with image tensors that cost training runs most often."""
     found: list[Finding] = []
     lo, hi, mean, std = data.get("min"), data.get("max"), data.get("mean"), data.get("std")
     if array.dtype == np.uint8:

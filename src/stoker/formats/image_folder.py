@@ -79,7 +79,7 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         target_transform: any callable applied to the label (an int).
         extensions: file endings counted as images (case does not matter).
         index: a saved index to use instead of walking ``root``: the path of its JSON
-            (written by :meth:`save_index`, or the seeds' ``{"classes", "items"}`` format)
+            (written by :meth:`save_index`, or a plain ``{"classes", "items"}`` JSON index)
             or the loaded dict. Item paths are relative to ``root`` (absolute ones are kept).
         decode: ``"auto"``: numpy arrays, JPEGs decoded by simplejpeg (libjpeg-turbo) when
             installed, by Pillow otherwise; but a ``PIL.Image`` when ``transform`` comes
@@ -175,7 +175,7 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         """Loads a saved index instead of walking the folder again.
 
         Args:
-            path: the JSON written by :meth:`save_index` (or in the seeds' format).
+            path: the JSON written by :meth:`save_index` (or a plain ``{"classes", "items"}`` JSON index).
             root: where the images are now; default: the ``root`` recorded in the file, or
                 the current directory for an index without one (paths used as written).
             **kwargs: the other arguments of :class:`ImageFolder`.
@@ -504,7 +504,7 @@ def _read_index(index: Any) -> tuple[list[str], list[int], dict[str, int]]:
     """(paths, labels, ``{class: label}``) of a saved index.
 
     The mapping is the index's ``class_to_idx`` when it has one, else ``classes`` in order
-    (the seeds' format).
+    (a plain ``{"classes", "items"}`` JSON index).
     """
     where = _describe_index(index)
     if isinstance(index, (str, os.PathLike)):

@@ -1,6 +1,6 @@
 """``stoker.profile(loader)``: how much of each training step waits for data, and a verdict.
 
-The seeds' rule of thumb, measured instead of guessed: time each step's wait for the
+The usual rule of thumb, measured instead of guessed: time each step's wait for the
 next batch against the whole step. Above 20% the data pipeline is the bottleneck; below
 5% training is compute-bound and loading is not the problem; around 10% the usual cause
 is heavy CPU augmentation. The verdict names what to change, using the loader's own stage

@@ -31,7 +31,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "demo",
-        help="reproduce the seeds' staged data-loading speed-up, beside torch.utils.data",
+        help="reproduce the classic staged data-loading speed-up, beside torch.utils.data",
         description="Build a synthetic JPEG dataset in a cache folder (once), then time a "
         "simulated training loop in four stages: naive single-process loading; workers with "
         "pinned memory and persistent workers; packed shards read through mmap; a deeper "
