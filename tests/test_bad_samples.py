@@ -88,7 +88,7 @@ def test_a_fractional_budget_allows_that_share_of_attempted_samples() -> None:
 
 
 def test_skipping_with_workers_raises_past_the_budget_too() -> None:
-    with pytest.raises(TooManyBadSamples, match="stopping: 2 bad samples exceed max_errors=1.\n2 bad sample"):
+    with pytest.raises(TooManyBadSamples, match=r"stopping: 2 bad samples exceed max_errors=1\.\n2 bad sample"):
         list(DataLoader(Flaky(), batch_size=4, num_workers=2, on_error="skip", max_errors=1))
 
 

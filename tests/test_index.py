@@ -48,7 +48,7 @@ def test_empty_and_batched_indices() -> None:
     assert normalize_indices([], 3, "X").dtype == np.int64
     with pytest.raises(DatasetIndexError, match=r"index 7 \(position 1 of the 2 requested\) is out of range for X"):
         normalize_indices([0, 7], 3, "X")
-    with pytest.raises(TypeError, match="X.__getitems__ needs integer indices, got dtype float64"):
+    with pytest.raises(TypeError, match=r"X\.__getitems__ needs integer indices, got dtype float64"):
         normalize_indices([0.5], 3, "X")
     with pytest.raises(ValueError, match=r"X.__getitems__ needs a flat list of indices, got shape \(1, 1\)"):
         normalize_indices([[0]], 3, "X")

@@ -262,7 +262,7 @@ def test_iterable_dataset_rejects_order_options(option) -> None:
 
 
 def test_non_datasets_are_rejected_with_the_type_name() -> None:
-    with pytest.raises(TypeError, match="dataset must be map-style .* got int"):
+    with pytest.raises(TypeError, match=r"dataset must be map-style .* got int"):
         DataLoader(5)
 
 
@@ -334,9 +334,8 @@ def test_a_stream_with_a_length_that_workers_duplicate_is_named_at_the_end_of_th
     loader = DataLoader(RepeatedStream(), batch_size=2, num_workers=2)
     it = iter(loader)
     batches = [next(it) for _ in range(6)]  # no warning yet (warnings are errors here)
-    with pytest.warns(UserWarning) as caught:
-        with pytest.raises(StopIteration):
-            next(it)
+    with pytest.warns(UserWarning) as caught, pytest.raises(StopIteration):
+        next(it)
     assert sorted(int(v) for b in batches for v in b) == sorted(list(range(6)) * 2)
     assert str(caught[0].message) == (
         "IterableDataset RepeatedStream() has 6 samples (3 batches), but its 2 workers delivered 6 batches "

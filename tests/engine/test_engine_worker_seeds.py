@@ -261,9 +261,11 @@ def test_an_unpicklable_worker_init_fn_gets_torchs_warning_and_is_named() -> Non
     loader = DataLoader(
         Samples(4), batch_size=2, num_workers=2, multiprocessing_context="forkserver", worker_init_fn=local_init_fn
     )
-    with pytest.warns(UserWarning, match="^Got pickle error when attempting to start a worker Process"):
-        with pytest.raises((AttributeError, TypeError, pickle.PicklingError)) as excinfo:
-            next(iter(loader))
+    with (
+        pytest.warns(UserWarning, match="^Got pickle error when attempting to start a worker Process"),
+        pytest.raises((AttributeError, TypeError, pickle.PicklingError)) as excinfo,
+    ):
+        next(iter(loader))
     assert (
         "stoker could not pickle worker_init_fn (local_init_fn) for its forkserver workers; "
         "define it at module level, or use multiprocessing_context='fork'"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -75,10 +76,8 @@ def _stoker_shm_bytes() -> int:
     total = 0
     for name in os.listdir("/dev/shm"):
         if name.startswith(f"stoker-{os.getpid()}-") and not name.endswith(".alive"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 total += os.stat(f"/dev/shm/{name}").st_blocks * 512  # pages really used
-            except FileNotFoundError:
-                pass
     return total
 
 

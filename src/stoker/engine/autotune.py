@@ -118,13 +118,16 @@ class AutoTuner:
                         f"worker {workers} added: consumer waited {100 * wait_share:.0f}% of the time, "
                         f"workers {100 * min(busy_share, 1):.0f}% busy"
                     )
-            elif self.tune_prefetch and running.prefetch < MAX_PREFETCH:  # workers starved of tasks
-                if self._fits(batch_bytes, workers, running.prefetch + 1):
-                    running.set_prefetch(running.prefetch + 1)
-                    self.history.append(
-                        f"prefetch_factor raised to {running.prefetch}: consumer waited "
-                        f"{100 * wait_share:.0f}% of the time, workers {100 * min(busy_share, 1):.0f}% busy"
-                    )
+            elif (  # workers starved of tasks
+                self.tune_prefetch
+                and running.prefetch < MAX_PREFETCH
+                and self._fits(batch_bytes, workers, running.prefetch + 1)
+            ):
+                running.set_prefetch(running.prefetch + 1)
+                self.history.append(
+                    f"prefetch_factor raised to {running.prefetch}: consumer waited "
+                    f"{100 * wait_share:.0f}% of the time, workers {100 * min(busy_share, 1):.0f}% busy"
+                )
         self._begin(now, running)
 
     def _begin(self, now: float, running: Tunable) -> None:

@@ -154,10 +154,8 @@ def new_prefix() -> str:
 
 def unlink(name: str) -> None:
     """Removes a segment's name (mappings stay valid until unmapped); gone already is fine."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         _posixshmem.shm_unlink("/" + name)
-    except FileNotFoundError:
-        pass
 
 
 def free_bytes() -> int:
@@ -191,10 +189,9 @@ def remove_orphaned_segments() -> list[str]:
         if pool in _held:
             continue
         lock = pool + _ALIVE_SUFFIX
-        if lock in members:
-            dead = _lock_is_free(lock)
-        else:
-            dead = not pid_exists(int(pool.split("-")[1]))
+        # a pool with a lock file is dead once nobody holds the lock; without one, once its
+        # process is gone
+        dead = _lock_is_free(lock) if lock in members else not pid_exists(int(pool.split("-")[1]))
         if dead:
             for name in members:
                 unlink(name)

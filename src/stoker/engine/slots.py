@@ -365,7 +365,7 @@ class SlotAllocator:
         if not array.flags.c_contiguous:
             return None
         offset = array.__array_interface__["data"][0] - self._base
-        if 0 <= offset and offset + array.nbytes <= self.used:
+        if offset >= 0 and offset + array.nbytes <= self.used:
             return offset
         return None
 

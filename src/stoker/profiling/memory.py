@@ -9,6 +9,7 @@ elsewhere they are absent.
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -60,6 +61,6 @@ class GrowthWatch:
     @staticmethod
     def _growing(samples: list[tuple[int, int]]) -> bool:
         values = [uss for _, uss in samples]
-        rising = all(b > a for a, b in zip(values, values[1:], strict=False))
+        rising = all(b > a for a, b in itertools.pairwise(values))
         growth = values[-1] - values[0]
         return rising and growth > _MIN_GROWTH_BYTES and growth > _MIN_GROWTH_SHARE * values[0]
