@@ -10,12 +10,14 @@ seeded from ``(epoch seed, p)``, those in ``__getitems__`` and ``collate_fn`` fr
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any
 
 from stoker import randomness
 from stoker.bad_samples import SkippedSample, skipped_sample
+from stoker.engine.messages import add_note
 from stoker.profiling.stats import PROFILE_SAMPLES
 
 _sample_log = logging.getLogger("stoker.samples")
@@ -87,6 +89,7 @@ class MapFetcher:
                 sample = dataset[index]
             except Exception as exc:
                 if not self.skip_errors:
+                    note_sample(exc, dataset, index, batch_index)
                     raise
                 self.skipped.append(skipped_sample(dataset, index, exc))
                 raise AllSkipped from None
@@ -100,18 +103,29 @@ class MapFetcher:
             try:
                 scope.position, scope.index = batch_index, index
                 samples = self._getitems(index)
+            except Exception as exc:
+                add_note(
+                    exc,
+                    f"stoker: raised by {type(dataset).__name__}.__getitems__ for batch "
+                    f"{batch_index} (dataset indices {summary(index)})",
+                )
+                raise
             finally:
                 randomness.end(previous)
         elif PROFILE_SAMPLES:
             samples = self._fetch_timing_samples(index, epoch_seed, position)
         else:
             scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+            i = None
             try:
                 samples = []
                 append = samples.append
                 for offset, i in enumerate(index):
                     scope.position, scope.index = position + offset, i
                     append(dataset[i])
+            except Exception as exc:
+                note_sample(exc, dataset, i, batch_index, index)
+                raise
             finally:
                 randomness.end(previous)
         return self._timed_collate(samples, epoch_seed, batch_index, start, index)
@@ -129,6 +143,7 @@ class MapFetcher:
         """STOKER_PROFILE_SAMPLES=1: times and logs every sample, keeps the slowest."""
         dataset, samples, slow = self._dataset, [], []
         scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+        i = None
         try:
             for offset, i in enumerate(index):
                 scope.position, scope.index = position + offset, i
@@ -137,6 +152,9 @@ class MapFetcher:
                 seconds = perf_counter() - began
                 slow.append((seconds, i))
                 _sample_log.debug("sample %r loaded in %.3f ms", i, 1000 * seconds)
+        except Exception as exc:
+            note_sample(exc, self._dataset, i, None, index)
+            raise
         finally:
             randomness.end(previous)
         self.slow_samples = tuple(sorted(slow, reverse=True)[:_KEEP_SLOW_SAMPLES])
@@ -175,8 +193,53 @@ class MapFetcher:
         try:
             scope.position, scope.index = batch_index, index
             return self._collate(samples)
+        except Exception as exc:
+            if self.auto_collation:
+                note_collated(exc, index)
+            raise
         finally:
             randomness.end(previous)
+
+
+def summary(indices: Any, limit: int = 16) -> str:
+    """``indices`` for a message: all of them, or the first ``limit`` and the count."""
+    try:
+        flat = list(indices)
+    except TypeError:
+        return repr(indices)
+    if len(flat) <= limit:
+        return repr(flat)
+    return f"[{', '.join(map(repr, flat[:limit]))}, ... ({len(flat)} in all)]"
+
+
+def note_sample(
+    error: BaseException, dataset: Any, index: Any, batch_index: int | None, batch: Any = None
+) -> None:
+    """Notes on ``error`` which dataset index raised it, and in which batch."""
+    where = f"dataset[{index!r}] ({type(dataset).__name__})"
+    if batch is not None:
+        place = f"batch {batch_index}, " if batch_index is not None else ""
+        where += f" while loading {place}dataset indices {summary(batch)}"
+    add_note(error, f"stoker: raised by {where}")
+
+
+_SAMPLE_REF = re.compile(r"\bsamples? (\d+)\b")
+
+
+def note_collated(error: BaseException, index: Any) -> None:
+    """Notes on a collate error which dataset indices the samples it names are.
+
+    Collate messages count samples by their place in the batch ("sample 2"); the note maps
+    every place the message names to its dataset index.
+    """
+    try:
+        indices = list(index)
+    except TypeError:
+        return
+    named = sorted({int(n) for n in _SAMPLE_REF.findall(str(error)) if int(n) < len(indices)})
+    mapped = ", ".join(f"sample {n} is dataset index {indices[n]!r}" for n in named)
+    batch = f"the batch holds dataset indices {summary(indices)}"
+    add_note(error, f"stoker: {mapped} ({batch})" if mapped else f"stoker: {batch}")
 
 
 class IterableFetcher:

@@ -20,6 +20,7 @@ __all__ = [
     "Exhausted",
     "Failed",
     "Failure",
+    "Initialised",
     "Ready",
     "StartEpoch",
     "StartupFailed",
@@ -93,8 +94,19 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
+    """A worker process is up (its spec loaded): the staggered start may go on."""
+
     worker_id: int
     pid: int
+
+    __reduce__ = _reduce
+
+
+@dataclass(frozen=True, slots=True)
+class Initialised:
+    """A worker ran ``worker_init_fn`` (once per process): a later death is not a start-up failure."""
+
+    worker_id: int
 
     __reduce__ = _reduce
 

@@ -34,11 +34,13 @@ from stoker._resume import Progress
 from stoker._tree import rebuild
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner
+from stoker.engine.fetch import summary
 from stoker.engine.messages import (
     Done,
     Exhausted,
     Failed,
     Failure,
+    Initialised,
     Ready,
     StartEpoch,
     StartupFailed,
@@ -341,6 +343,9 @@ class MultiWorkerIterator:
             for started in self._pool.start_deferred():  # the staggered start's second step
                 self._pool.send(started, StartEpoch(epoch=self._epoch, seed=self._seed))
             return
+        if isinstance(message, Initialised):
+            self._pool.initialised.add(worker_id)
+            return
         if isinstance(message, StartupFailed):
             error = _rebuild(
                 message.failure, worker_id, "in worker_init_fn or while starting the worker", None
@@ -367,7 +372,7 @@ class MultiWorkerIterator:
             self._ready[message.task_id] = _SKIP
         elif isinstance(message, Failed):
             where = (
-                f"while loading indices {_summary(pending.indices)}"
+                f"while loading indices {summary(pending.indices)}"
                 if not self._iterable
                 else "while iterating its copy of the IterableDataset"
             )
@@ -408,7 +413,7 @@ class MultiWorkerIterator:
 
     def _undelivered(self, message: Undelivered, pending: Pending) -> BaseException:
         what = (
-            f"the batch at indices {_summary(pending.indices)}" if not self._iterable else "a batch"
+            f"the batch at indices {summary(pending.indices)}" if not self._iterable else "a batch"
         )
         error = message.error
         add_note(
@@ -532,10 +537,13 @@ class MultiWorkerIterator:
         if self._pool.state is not PoolState.RUNNING:
             return
         ledger = self._ledger
+        if death.worker_id not in self._pool.initialised:
+            self._close_broken()
+            raise WorkerError(f"DataLoader {death.describe(starting=True)}")
         held = sorted(t for t, p in ledger.pending.items() if p.worker_id == death.worker_id)
         held_indices = [ledger.pending[t].indices for t in held]
         where = (
-            f"while holding the batches at indices {_summary(held_indices)}"
+            f"while holding the batches at indices {summary(held_indices)}"
             if held and not self._iterable
             else (
                 "while holding no batch"
@@ -601,7 +609,7 @@ class MultiWorkerIterator:
         what = (
             "the next batch"
             if self._iterable
-            else f"the batch at indices {_summary(pending.indices)}"
+            else f"the batch at indices {summary(pending.indices)}"
         )
         who = f"pid {pid}" if pid is not None else "a thread of this process"
         msg = (
@@ -653,16 +661,6 @@ def _rebuild(failure: Failure, worker_id: int, where: str, pid: int | None) -> B
 def _strip_header(text: str) -> str:
     header = "Traceback (most recent call last):\n"
     return text[len(header) :] if text.startswith(header) else text
-
-
-def _summary(indices: Any, limit: int = 16) -> str:
-    try:
-        flat = list(indices)
-    except TypeError:
-        return repr(indices)
-    if len(flat) <= limit:
-        return repr(flat)
-    return f"[{', '.join(map(repr, flat[:limit]))}, ... ({len(flat)} in all)]"
 
 
 def _copy_tree(obj: Any) -> Any:

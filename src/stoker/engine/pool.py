@@ -79,14 +79,26 @@ class Death:
     pid: int | None
     exitcode: int | None
 
-    def describe(self) -> str:
+    def describe(self, *, starting: bool = False) -> str:
+        """What happened, for a message; ``starting``: before ``worker_init_fn`` returned."""
+        if starting:
+            how = (
+                "stopped"
+                if self.exitcode is None
+                else f"exited with status {self.exitcode}"
+                if self.exitcode >= 0
+                else f"was killed by {_signal_name(-self.exitcode)}"
+            )
+            return (
+                f"worker {self.worker_id} (pid {self.pid}) {how} while starting, before it loaded "
+                "any batch: in worker_init_fn, or while importing the dataset's modules in the new "
+                "process. What it printed, if anything, is above on stderr; with num_workers=0 the "
+                "same code runs in the main process, where a debugger can stop at it. A replacement "
+                "would fail the same way, so stoker does not start one."
+            )
         if self.exitcode is not None and self.exitcode < 0:
             signum = -self.exitcode
-            try:
-                name = signal.Signals(signum).name
-            except ValueError:
-                name = f"signal {signum}"
-            cause = f"was killed by {name}"
+            cause = f"was killed by {_signal_name(signum)}"
             if signum == signal.SIGKILL:
                 cause += (
                     " (most likely the out-of-memory killer: check `dmesg`, lower batch_size, "
@@ -107,6 +119,13 @@ class Death:
         else:
             cause = f"exited with status {self.exitcode} (os._exit or sys.exit in the dataset?)"
         return f"worker {self.worker_id} (pid {self.pid}) {cause}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class _ProcessWorker:
@@ -177,6 +196,7 @@ class WorkerPool:
             None  # made by the first epoch, once a batch's size is known
         )
         self.pids: dict[int, int] = {}
+        self.initialised: set[int] = set()  # workers past worker_init_fn (see Initialised)
         self.ledger = Ledger(
             load=[0] * num_workers
         )  # tasks in flight: outlives an epoch's iterator
@@ -426,6 +446,7 @@ class WorkerPool:
             with contextlib.suppress(OSError):
                 os.unlink(self._stack_files[worker_id] or "")
         self._workers[worker_id] = None  # gone: a failed start below leaves nothing half-closed
+        self.initialised.discard(worker_id)
         self._start(worker_id)
         self._send_specs()
 

@@ -51,6 +51,7 @@ from stoker.engine.messages import (
     Exhausted,
     Failed,
     Failure,
+    Initialised,
     Ready,
     StartEpoch,
     StartupFailed,
@@ -223,6 +224,7 @@ class _WorkerLoop:
             if not self.initialised:
                 self.initialised = True
                 self.left_to_user = run_worker_init_fn(spec, info, self.seed_globals)
+                self.send(Initialised(worker_id=worker_id), None)
             set_epoch = getattr(spec.dataset, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(message.epoch)
@@ -345,7 +347,7 @@ class _Sender:
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
-        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[bytes | threading.Event | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="stoker-worker-sender", daemon=True)
         self._thread.start()
 
@@ -357,10 +359,19 @@ class _Sender:
             payload = self._queue.get()  # the stop check is the None that close() queues
             if payload is None:
                 return
+            if payload.__class__ is threading.Event:  # flush(): every earlier message is written
+                payload.set()  # type: ignore[union-attr]
+                continue
             try:
                 self._conn.send_bytes(payload)
             except (BrokenPipeError, EOFError, OSError):
                 return  # the trainer is gone
+
+    def flush(self, timeout_s: float) -> None:
+        """Returns once every message queued so far is written (or ``timeout_s`` passed)."""
+        written = threading.Event()
+        self._queue.put(written)
+        written.wait(timeout_s)
 
     def close(self, timeout_s: float) -> None:
         """Stops the thread once every queued message is written (or ``timeout_s`` passed)."""
@@ -491,6 +502,8 @@ class _ProcessEnds:
             if oneoff is not None:  # its arrays are written: the segment outlives the fd
                 oneoff.close()
         self._sender.put(payload)
+        if message.__class__ is Initialised:  # must reach the trainer even if we die next
+            self._sender.flush(_SENDER_FLUSH_TIMEOUT_S)
 
     def attach(self, ref: slots.SlotRef) -> slots.SlotAllocator:
         """An allocator writing into the slot ``ref`` names (mapped once, remapped if replaced)."""
