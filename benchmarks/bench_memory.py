@@ -80,6 +80,7 @@ def part1() -> None:
         ("torch.utils.data", lambda ds: torch.utils.data.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True), list),
         ("stoker", lambda ds: stoker.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True), list),
         ("stoker", lambda ds: stoker.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True), StringArray),
+        ("stoker, compact_dataset=True", lambda ds: stoker.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True, compact_dataset=True), list),
     ]:
         dataset = PathDataset(holder(make_paths()))
         loader = make_loader(dataset)

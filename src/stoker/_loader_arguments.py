@@ -48,6 +48,7 @@ class Arguments:
     copy_batches: bool
     worker_threads: int | None
     memory_budget: int | None
+    compact_dataset: bool
 
 
 def check_arguments(
@@ -73,6 +74,7 @@ def check_arguments(
     worker_threads: Any,
     on_error: Any,
     memory_budget: Any,
+    compact_dataset: Any = False,
 ) -> Arguments:
     """Validates a DataLoader's arguments in torch's order; returns them normalised."""
     iterable = is_iterable_dataset(dataset)
@@ -196,6 +198,7 @@ def check_arguments(
         copy_batches=copy_batches,
         worker_threads=worker_threads,
         memory_budget=memory_budget,
+        compact_dataset=check_bool("compact_dataset", compact_dataset),
     )
 
 

@@ -10,6 +10,7 @@ script can switch by changing one import; the messages say what to change.
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 import weakref
@@ -36,10 +37,18 @@ from stoker.engine.multi_worker import MultiWorkerIterator
 from stoker.engine.plan import EpochHooks, EpochPlan
 from stoker.engine.pool import PoolState, WorkerPool
 from stoker.engine.single_process import SingleProcessIterator
+from stoker.profiling.copy_on_read import (
+    compact_large_containers,
+    find_large_containers,
+    start_method,
+    warning_text,
+)
 from stoker.profiling.stats import LoaderStats, StatsRecorder
 from stoker.samplers import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader"]
+
+_log = logging.getLogger("stoker")
 
 T = TypeVar("T")
 
@@ -99,6 +108,12 @@ class DataLoader(Generic[T]):
         worker_threads: cap on BLAS / OpenMP / torch threads inside each process
             worker (default 1, so N workers do not oversubscribe the cores); ``None``
             leaves the libraries' defaults.
+        compact_dataset: before process workers start, replace the dataset's large
+            lists and tuples of strings, bytes or records (attributes, two levels deep)
+            with :func:`stoker.compact.compact` of them, which workers share instead of
+            copying. Off by default, since it changes the dataset object: those
+            attributes become read-only sequences. Without it such attributes are
+            only warned about (see :mod:`stoker.profiling.copy_on_read`).
 
     Example:
         >>> import numpy as np
@@ -141,6 +156,7 @@ class DataLoader(Generic[T]):
         on_error: str = "raise",
         max_errors: int | float | None = 0.01,
         memory_budget: int | None = None,
+        compact_dataset: bool = False,
     ) -> None:
         args = check_arguments(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
@@ -149,7 +165,7 @@ class DataLoader(Generic[T]):
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory=pin_memory,
             in_order=in_order, worker_mode=worker_mode, on_worker_death=on_worker_death,
             copy_batches=copy_batches, worker_threads=worker_threads, on_error=on_error,
-            memory_budget=memory_budget,
+            memory_budget=memory_budget, compact_dataset=compact_dataset,
         )  # fmt: skip
         budget = BadSampleBudget(max_errors) if on_error == "skip" else None
         iterable, batch_size, shuffle, drop_last = (
@@ -203,6 +219,8 @@ class DataLoader(Generic[T]):
             args.memory_budget if args.memory_budget is not None else available_memory() // 4
         )
         self._memory_budget_given = args.memory_budget is not None
+        self.compact_dataset = args.compact_dataset
+        self._copy_on_read_checked = False
         self._autotune_flags = (args.tune_workers, args.tune_prefetch)
         self._epoch = 0
         self._left_epoch: int | None = (
@@ -573,9 +591,24 @@ class DataLoader(Generic[T]):
         return self.worker_init_fn
 
     def _new_pool(self) -> WorkerPool:
+        if self.worker_mode == "process" and not self._copy_on_read_checked:
+            self._copy_on_read_checked = True
+            self._check_copy_on_read()
         return WorkerPool(
             self._worker_spec(), self.num_workers, self.worker_mode, self.multiprocessing_context
         )
+
+    def _check_copy_on_read(self) -> None:
+        """Warns about (or compacts) dataset attributes each process worker would copy."""
+        found = find_large_containers(self.dataset)
+        if self.compact_dataset and found:
+            done = set(compact_large_containers(found))
+            found = [container for container in found if container.where not in done]
+            if done:
+                _log.info("compact_dataset: compacted %s", ", ".join(sorted(done)))
+        method = start_method(self.multiprocessing_context)
+        for container in found:
+            warnings.warn(warning_text(container, method), UserWarning, stacklevel=5)
 
     def _worker_spec(self) -> WorkerSpec:
         """What to load: the dataset, how to batch it, how a worker starts."""

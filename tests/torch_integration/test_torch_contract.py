@@ -125,7 +125,7 @@ def test_a_rebuild_from_public_attributes_keeps_stokers_options() -> None:
     """What Lightning does: the loader's class, called with the attributes its __init__ names."""
     loader = DataLoader(
         Squares(), batch_size=4, shuffle=True, num_workers=2, worker_mode="thread",
-        on_error="skip", max_errors=3, copy_batches=True, memory_budget=2**26,
+        on_error="skip", max_errors=3, copy_batches=True, memory_budget=2**26, compact_dataset=True,
     )  # fmt: skip
     params = inspect.signature(type(loader).__init__).parameters
     kwargs = {k: v for k, v in vars(loader).items() if k in params and not k.startswith("_")}
@@ -137,6 +137,7 @@ def test_a_rebuild_from_public_attributes_keeps_stokers_options() -> None:
     rebuilt = type(loader)(**kwargs)
     assert (rebuilt.worker_mode, rebuilt.on_error, rebuilt.max_errors) == ("thread", "skip", 3)
     assert (rebuilt.copy_batches, rebuilt.memory_budget, rebuilt.num_workers) == (True, 2**26, 2)
+    assert rebuilt.compact_dataset is True
     assert flat(rebuilt) == [i * i for i in range(1, 23, 2)] + [0]  # rank 1 of 2, padded
     assert rebuilt._base_seed() == loader._seed, "the rebuilt loader drew a new base seed"
 

@@ -110,6 +110,7 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         on_error: str = "raise",
         max_errors: int | float | None = 0.01,
         memory_budget: int | None = None,
+        compact_dataset: bool = False,
     ) -> None:
         # Every argument is named in the signature (no **kwargs): frameworks rebuild a
         # loader from the attributes whose names its __init__ takes.
@@ -123,6 +124,7 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
             "on_error": on_error,
             "max_errors": max_errors,
             "memory_budget": memory_budget,
+            "compact_dataset": compact_dataset,
         }
         self._carried_seed: int | None = None
         if isinstance(collate_fn, TorchCollate):  # rebuilt from a stoker loader's arguments

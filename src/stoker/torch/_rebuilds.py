@@ -41,6 +41,7 @@ class StokerOptions:
     on_error: str = "raise"
     max_errors: int | float | None = 0.01
     memory_budget: int | None = None
+    compact_dataset: bool = False
     seed: int | None = None
 
 
