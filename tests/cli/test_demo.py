@@ -28,7 +28,7 @@ def _rows(out: str) -> dict[str, list[str]]:
     rows = {}
     for title in STAGES:
         line = next(line for line in out.splitlines() if line.startswith(title))
-        rows[title] = line[len(title) :].split()
+        rows[title] = line[len(title) :].replace("*", " ").split()  # * marks a disturbed run
     return rows
 
 

@@ -36,20 +36,11 @@ import numpy as np
 
 from stoker._errors import DatasetError
 from stoker._index import normalize_index
-from stoker._validate import check_choice
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
 from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
-from stoker.vision.decode import (
-    PILLOW_LIMIT,
-    MaxPixels,
-    SizeHint,
-    _simplejpeg,
-    check_max_pixels,
-    check_size_hint,
-    decode_image,
-)
-from stoker.vision.transforms import call_with_shared_rng
+from stoker.vision.decode import PILLOW_LIMIT, MaxPixels
+from stoker.vision.records import check_decode_options, decode_and_transform
 
 __all__ = ["IMG_EXTENSIONS", "INDEX_FORMAT", "ImageFolder"]
 
@@ -58,7 +49,6 @@ logger = logging.getLogger("stoker")
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 INDEX_FORMAT = "stoker.ImageFolder"
 _INDEX_VERSION = 1
-_DECODE = ("auto", "simplejpeg", "pillow", "pil")
 _ROOT_HINT = "pass the folder that holds one subfolder per class"
 
 
@@ -134,16 +124,10 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         size_hint: int | tuple[int, int] | str | None = None,
         max_pixels: MaxPixels = PILLOW_LIMIT,
     ) -> None:
-        check_choice("decode", decode, _DECODE)
-        if size_hint != "full":
-            check_size_hint(size_hint)
-        self.max_pixels = check_max_pixels(max_pixels)
-        if decode == "simplejpeg":
-            _simplejpeg(required=True)  # a missing package fails here, not in a worker
-        for name, fn in (("transform", transform), ("target_transform", target_transform)):
-            if fn is not None and not callable(fn):
-                msg = f"{name} must be a callable or None, got {fn!r}"
-                raise TypeError(msg)
+        self.max_pixels = check_decode_options(decode, size_hint, max_pixels, transform)
+        if target_transform is not None and not callable(target_transform):
+            msg = f"target_transform must be a callable or None, got {target_transform!r}"
+            raise TypeError(msg)
         self.root = os.fspath(root)
         self.extensions = _normalise_extensions(extensions)
         self.transform = transform
@@ -249,34 +233,19 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         path = os.path.join(self.root, self._paths[i])
         with open(path, "rb") as file:  # opened per read: nothing to inherit across fork
             data = file.read()
-        transform = self.transform
-        to_pil = self.decode == "pil" or (self.decode == "auto" and _is_torchvision(transform))
-        image = decode_image(
+        image = decode_and_transform(
             data,
+            self.transform,
+            decode=self.decode,
             rgb=self.rgb,
-            size_hint=self._decode_size_hint(),
-            backend="pillow" if to_pil else self.decode,
-            to_pil=to_pil,
-            source=path,
+            size_hint=self.size_hint,
             max_pixels=self.max_pixels,
+            source=path,
         )
-        if transform is not None:
-            image = call_with_shared_rng(transform, image)
         label: Any = int(self._targets[i])
         if self.target_transform is not None:
             label = self.target_transform(label)
         return image, label
-
-    def _decode_size_hint(self) -> SizeHint:
-        if self.size_hint == "full":
-            return None
-        if self.size_hint is not None:
-            return self.size_hint  # type: ignore[return-value]
-        hint = getattr(self.transform, "decode_size_hint", None)
-        try:
-            return check_size_hint(hint)
-        except ValueError:
-            return None  # a foreign attribute of that name: ignore it
 
     def _check_index(self, index: Any) -> int:
         return normalize_index(index, len(self._targets), "ImageFolder")
@@ -342,6 +311,8 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
             f"(looked for images ending in {looked_for}).{hint}"
         )
         raise FileNotFoundError(msg)
+    if len(class_dirs) == 1:
+        _warn_if_one_level_up(root, class_dirs[0][1])
     paths: list[str] = []
     labels: list[int] = []
     claims: dict[Identity, Claim] = {}
@@ -373,6 +344,34 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
         )
         raise FileNotFoundError(msg)
     return paths, labels, {name: label for label, (name, _) in enumerate(class_dirs)}
+
+
+def _warn_if_one_level_up(root: str, dirname: str) -> None:
+    """Warns when the only class folder holds folders: ``root`` is probably one level too high.
+
+    ``ImageFolder("photos")`` over ``photos/train/cat/...`` finds the single class ``train``
+    and gives every image its label; ``ImageFolder("photos/train")`` was meant.
+    """
+    inner = os.path.join(root, dirname)
+    try:
+        with os.scandir(inner) as entries:
+            folders = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+    except OSError:
+        return
+    if not folders:
+        return
+    shown = ", ".join(repr(f) for f in folders[:4]) + (", ..." if len(folders) > 4 else "")
+    logger.warning(
+        "ImageFolder: %r holds a single class folder, %r, and it holds folders (%s): every "
+        "image would get the one label of class %r. If those folders are the classes, pass "
+        "the folder that holds them: did you mean ImageFolder(%r) (stoker pack %s DST)?",
+        root,
+        dirname,
+        shown,
+        dirname,
+        inner,
+        inner,
+    )
 
 
 def _walk_class(
@@ -557,7 +556,3 @@ def _json_string(text: str) -> str:
         return json.dumps(text)
     return json.dumps(text, ensure_ascii=False)
 
-
-def _is_torchvision(transform: Any) -> bool:
-    """Whether ``transform`` is a torchvision object (those expect PIL images or tensors)."""
-    return transform is not None and type(transform).__module__.startswith("torchvision.")

@@ -11,8 +11,12 @@ The transforms take and return ``(H, W, C)`` numpy arrays and compose like torch
 usual ImageNet recipes. Random transforms draw from :func:`stoker.sample_rng`, so the same
 loader seed gives the same augmentations with any ``num_workers``.
 
-torchvision's own transforms still work: hand them to ``ImageFolder(transform=...)``, which
-gives them a ``PIL.Image`` (see ``decode=`` there).
+:class:`DecodeImage` decodes the image field of a record and transforms it exactly as
+``ImageFolder`` does a file, so packed images train like the folder they came from:
+``PackedDataset("packed/train", transform=DecodeImage(train_transform(224)))``.
+
+torchvision's own transforms still work: hand them to ``ImageFolder(transform=...)`` or
+``DecodeImage(...)``, which give them a ``PIL.Image`` (see ``decode=`` there).
 
 Example:
     >>> import numpy as np
@@ -25,6 +29,7 @@ Example:
 from __future__ import annotations
 
 from stoker.vision.decode import ImageDecodeError, decode_image
+from stoker.vision.records import DecodeImage
 from stoker.vision.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -43,6 +48,7 @@ from stoker.vision.transforms import (
 __all__ = [  # noqa: RUF022 - plain sorted(), which tests/test_public_api.py checks
     "CenterCrop",
     "Compose",
+    "DecodeImage",
     "HWCToCHW",
     "IMAGENET_MEAN",
     "IMAGENET_STD",

@@ -12,7 +12,15 @@ from typing import Any
 from stoker.cli._output import PLOT_INSTALL, usage_error
 from stoker.cli.demo.cache import DemoData, build, cache_root
 from stoker.cli.demo.config import DemoConfig
-from stoker.cli.demo.report import Progress, busy_note, result_line, save_plot, table
+from stoker.cli.demo.report import (
+    Progress,
+    busy_note,
+    collate_note,
+    legend,
+    result_line,
+    save_plot,
+    table,
+)
 from stoker.cli.demo.stages import (
     Stage,
     Step,
@@ -87,14 +95,16 @@ def run(args: argparse.Namespace) -> int:
     results = _time_stages(stages, libraries, config, Step(config.step_ms / 1e3, device))
     print()
     print(table(stages, results, libraries))
-    print(
-        "speed-up: against stage 1 of the same library. "
-        "wait: share of the step spent waiting for the batch."
-    )
+    print(legend(libraries, results))
     print(pin_note)
-    note = busy_note(results)
-    if note is not None:
-        print(note)
+    notes = [busy_note(results)]
+    if "torch" in libraries:
+        import torch
+
+        notes.insert(0, collate_note(results, torch.get_num_threads()))
+    for note in notes:
+        if note is not None:
+            print(note)
     plot = args.plot or os.path.join(root, "demo.png")
     if save_plot(plot, stages, results, libraries, config):
         print(f"plot: {os.path.abspath(plot)}")

@@ -1,4 +1,4 @@
-"""What the stages load: the seed's naive JPEG dataset, packed records decoded by
+"""What the stages load: the naive JPEG dataset, packed records decoded by
 stoker.vision, and a batch-level MixUp collate."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DecodePacked", "MixUpCollate", "NaiveJpegDataset"]
+__all__ = ["MixUpCollate", "NaiveJpegDataset", "decode_packed"]
 
 _MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 _STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 
 class NaiveJpegDataset:
-    """The seed's baseline: open the file, decode with Pillow, resize, normalise, CHW.
+    """The baseline: open the file, decode with Pillow, resize, normalise, CHW.
 
     Example:
         >>> ds = NaiveJpegDataset(["a.jpg"], [0], size=32)
@@ -41,27 +41,31 @@ class NaiveJpegDataset:
         return np.ascontiguousarray(chw), self.labels[index]
 
 
-class DecodePacked:
-    """A packed ``(jpeg bytes, label)`` record decoded by stoker.vision and resized.
+def decode_packed(size: int, normalise: bool) -> Callable[[Any], Any]:
+    """The record transform for packed ``(jpeg bytes, label)`` records: stoker.vision's
+    :class:`~stoker.vision.DecodeImage`, resizing to ``size`` x ``size``, CHW.
 
     ``normalise=False`` keeps the image uint8 (CHW) for a batch-level collate to normalise.
+
+    Example:
+        >>> type(decode_packed(32, normalise=False)).__name__
+        'DecodeImage'
     """
+    from stoker.vision import (
+        IMAGENET_MEAN,
+        IMAGENET_STD,
+        Compose,
+        DecodeImage,
+        Normalize,
+        Resize,
+        ToCHW,
+    )
 
-    def __init__(self, size: int, normalise: bool) -> None:
-        from stoker.vision import IMAGENET_MEAN, IMAGENET_STD, Compose, Normalize, Resize, ToCHW
-
-        steps: list[Callable[[Any], Any]] = [Resize((size, size))]
-        if normalise:
-            steps.append(Normalize(IMAGENET_MEAN, IMAGENET_STD))
-        steps.append(ToCHW())
-        self.transform = Compose(steps)
-        self.size = size
-
-    def __call__(self, record: tuple[memoryview, int]) -> tuple[np.ndarray, int]:
-        from stoker.vision import decode_image
-
-        data, label = record
-        return self.transform(decode_image(data, size_hint=(self.size, self.size))), int(label)
+    steps: list[Callable[[Any], Any]] = [Resize((size, size))]
+    if normalise:
+        steps.append(Normalize(IMAGENET_MEAN, IMAGENET_STD))
+    steps.append(ToCHW())
+    return DecodeImage(Compose(steps))
 
 
 class MixUpCollate:

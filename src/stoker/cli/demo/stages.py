@@ -19,7 +19,7 @@ import numpy as np
 
 from stoker.cli.demo.cache import DemoData
 from stoker.cli.demo.config import DemoConfig
-from stoker.cli.demo.datasets import DecodePacked, MixUpCollate, NaiveJpegDataset
+from stoker.cli.demo.datasets import MixUpCollate, NaiveJpegDataset, decode_packed
 from stoker.tuning.background_load import BackgroundLoad
 
 __all__ = [
@@ -111,8 +111,8 @@ def build_stages(data: DemoData, config: DemoConfig) -> list[Stage]:
     from stoker.formats.packed import PackedDataset
 
     naive = NaiveJpegDataset(data.paths, data.labels, config.size)
-    packed = PackedDataset(data.packed, transform=DecodePacked(config.size, normalise=True))
-    packed_uint8 = PackedDataset(data.packed, transform=DecodePacked(config.size, normalise=False))
+    packed = PackedDataset(data.packed, transform=decode_packed(config.size, normalise=True))
+    packed_uint8 = PackedDataset(data.packed, transform=decode_packed(config.size, normalise=False))
     workers = {"num_workers": config.workers, "pin_memory": True, "persistent_workers": True}
     return [
         Stage(1, "naive: Pillow, file per sample, main process", naive, {}),
