@@ -7,7 +7,7 @@ start-up and pipeline fill), times the next ``batches`` batches, and records:
 * the rate (batches/s, samples/s);
 * a memory **estimate** of the batches loaded ahead: one batch's bytes (measured on the
   first batch) x ``num_workers`` x ``prefetch_factor`` (one batch with ``num_workers=0``),
-  the seeds' budget formula;
+  the usual prefetch budget formula;
 * the **measured** peak memory: the trainer's peak resident set (``VmHWM``, reset per
   setting) plus the workers' peak private memory (``Private_*`` in
   ``/proc/<pid>/smaps_rollup``, sampled every 50 ms; see
@@ -220,7 +220,7 @@ def memory_estimate(batch_bytes: int, num_workers: int, prefetch_factor: int | N
     """Bytes of batches loaded ahead: ``batch x workers x prefetch`` (one batch without workers).
 
     Example:
-        >>> memory_estimate(19_267_584, 8, 2) // 2**20   # the seeds' 32 x 3x224x224 float32 example
+        >>> memory_estimate(19_267_584, 8, 2) // 2**20   # 32 x 3x224x224 float32 batches
         294
     """
     if num_workers == 0:
