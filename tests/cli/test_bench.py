@@ -183,21 +183,26 @@ def test_bad_targets_say_what_to_pass(module, target, message, capsys) -> None:
 
 def test_bad_options_are_refused(module, capsys) -> None:
     for args, message in (
-        (["--batches", "0"], "--batches must be at least 1, got 0"),
-        (["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
-        (["--workers=0,-2"], "--workers must be 0 or more, got 0,-2"),
-        (["--prefetch", "2,0"], "--prefetch must be 1 or more, got 2,0"),
+        (["--batches", "0"], "argument --batches: must be 1 or more, got 0"),
+        (["--warmup", "-1"], "argument --warmup: must be 0 or more, got -1"),
+        (["--workers=0,-2"], "argument --workers: each value must be 0 or more, got 0,-2"),
+        (["--prefetch", "2,0"], "argument --prefetch: each value must be 1 or more, got 2,0"),
+        (["--size", "0"], "argument --size: must be 1 or more, got 0"),
+        (
+            ["--workers", "two"],
+            "argument --workers: expected comma-separated integers such as 0,1,2,4, got 'two'",
+        ),
     ):
-        assert main(["bench", f"{module}:dataset", *args]) == 2
-        assert f"stoker bench: {message}\n" == capsys.readouterr().err
-    assert main(["bench", f"{module}:empty"]) == 2
+        with pytest.raises(SystemExit) as exited:
+            main(["bench", f"{module}:dataset", *args])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: stoker bench") and f"stoker bench: error: {message}\n" in err
+    assert main(["bench", f"{module}:empty"]) == 1
     assert (
         f"stoker bench: {module}:empty is empty: there is nothing to load"
         in capsys.readouterr().err
     )
-    with pytest.raises(SystemExit):
-        main(["bench", f"{module}:dataset", "--workers", "two"])
-    assert "expected comma-separated integers such as 0,1,2,4, got 'two'" in capsys.readouterr().err
 
 
 def test_without_matplotlib_the_plot_is_skipped_with_a_hint(

@@ -56,20 +56,28 @@ def test_cli_module_attr_factory_and_json(target_module, capsys) -> None:
     assert data["normalize"]["mean"][0] == pytest.approx(0.5, abs=0.05)
 
 
-def test_cli_exit_code_1_on_failures(target_module, capsys, tmp_path) -> None:
+def test_cli_exit_code_1_on_failures_2_on_unusable_targets(target_module, capsys, tmp_path) -> None:
     assert main(["doctor", f"{target_module}:WithNaN"]) == 1
     assert "  FAIL  sample: sample[0] holds 192 NaN or inf values" in capsys.readouterr().out
-    assert main(["doctor", f"{target_module}:not_a_dataset"]) == 1
-    assert "doctor_targets_mod:not_a_dataset is a int, not a dataset" in capsys.readouterr().out
-    assert main(["doctor", f"{target_module}:missing"]) == 1
-    assert "doctor_targets_mod has no attribute 'missing'" in capsys.readouterr().out
-    assert main(["doctor", "no_such_module_xyz:thing"]) == 1
-    assert "cannot import the module 'no_such_module_xyz'" in capsys.readouterr().out
-    assert main(["doctor", str(tmp_path / "nowhere")]) == 1
-    assert (
-        "is neither a directory (an image folder or a packed dataset) nor module:attr"
-        in capsys.readouterr().out
-    )
+    for target, message in (
+        (
+            f"{target_module}:not_a_dataset",
+            "doctor_targets_mod:not_a_dataset is a int, not a dataset",
+        ),
+        (f"{target_module}:missing", "doctor_targets_mod has no attribute 'missing'"),
+        ("no_such_module_xyz:thing", "cannot import the module 'no_such_module_xyz'"),
+        (
+            str(tmp_path / "nowhere"),
+            "is neither a directory (an image folder or a packed dataset) nor module:attr",
+        ),
+    ):
+        assert main(["doctor", target]) == 2
+        captured = capsys.readouterr()
+        assert (
+            captured.out == ""
+            and captured.err.startswith("stoker doctor: ")
+            and message in captured.err
+        )
 
 
 def test_cli_python_file_target(target_module, tmp_path, capsys) -> None:
@@ -120,7 +128,9 @@ def test_cli_image_folder(tmp_path, capsys) -> None:
     assert "(resized and cropped to 16)" in out.splitlines()[0]
     assert "  OK    batches: 2 batches of 4 through DataLoader(shuffle=True)" in out
     assert "batch[0]             uint8 (4, 16, 16, 3)" in out
-    assert "  WARN  sample: sample[0] is raw uint8 pixels (0-255)" in out
+    assert "  OK    files: all 12 files are readable images (decoded at reduced scale)" in out
+    assert "  OK    sample: sample[0] holds the decoded pixels (uint8, HWC)" in out
+    assert "WARN" not in out  # no dtype or layout warnings about stoker's own decoding
     assert "  OK    labels: sample[1]: 2 classes, most common 0 (50%)" in out
     assert "on the 0-1 scale (pixels / 255)" in out
     assert main(["doctor", str(tmp_path / "images"), "--size", "0", "--batch-size", "4"]) == 1

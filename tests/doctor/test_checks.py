@@ -70,8 +70,9 @@ def test_channels_last_float_images_are_flagged() -> None:
         in warn.message
     )
     assert finding(report, "stats").message.endswith(
-        "(3 channels, HWC); already standardised (mean ~0, std ~1)"
+        "(3 channels, HWC); already standardised (mean ~0, std ~1): no Normalize to add"
     )
+    assert not any(line.startswith("paste:") for line in finding(report, "stats").details)
 
 
 def test_a_plain_numpy_array_dataset_is_clean() -> None:

@@ -127,7 +127,7 @@ def test_class_folders_without_images_or_no_class_folders_are_clear_errors(
     assert pack(tmp_path / "flat", tmp_path / "dst") == 1
     err = capsys.readouterr().err
     assert "no class folders" in err and "pass --files LIST.txt" in err
-    assert pack(tmp_path / "missing", tmp_path / "dst") == 1
+    assert pack(tmp_path / "missing", tmp_path / "dst") == 2
     assert "does not exist" in capsys.readouterr().err
 
 

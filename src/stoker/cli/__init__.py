@@ -1,15 +1,31 @@
 """The ``stoker`` command line: one module (or package) per command.
 
 ``doctor.py``, ``pack.py``, ``bench/`` and ``demo/`` are the commands; ``_target.py``
-finds the dataset TARGET names (doctor, bench) and ``_output.py`` is what they print
-through (error lines, progress bars, plots).
+finds the dataset TARGET names (doctor, bench), ``_args.py`` holds the option types they
+share and ``_output.py`` is what they print through (error lines, progress bars, plots).
+
+Every command exits with the same status for the same outcome:
+
+* 0: done (``stoker doctor``: no check failed; warnings alone are fine); ``stoker`` alone
+  prints the help and exits 0, as ``pip`` does;
+* 1: the command ran and found a problem (a failed doctor check, nothing ``stoker pack``
+  could read, an error while loading the dataset);
+* 2: the command could not run as asked, and did nothing: an unknown option, a value out
+  of range, a TARGET or SRC that does not exist, or a missing optional package (the line
+  names the extra to install, like ``pip install 'stoker[image]'``);
+* 130: interrupted with Ctrl-C (``stoker: interrupted`` on stderr, workers stopped);
+* 141: the reader of the output went away (``stoker ... | head -1``), as for a command
+  ended by SIGPIPE; nothing more is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import stoker
 
@@ -20,10 +36,19 @@ __all__ = ["main"]
 COMMANDS = ("demo", "pack", "doctor", "bench")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a closed stdout (``stoker --help | head -0``) raises
+    BrokenPipeError for :func:`main` to handle, where argparse would hide it."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="stoker",
         description="stoker keeps accelerators fed: fast, predictable, observable data loading.",
     )
@@ -34,14 +59,48 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as shells report a command whose reader went away
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the process exit status."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
-    return int(args.run(args) or 0)
+    """Runs the command line; returns the process exit status (see the module's docstring)."""
+    from stoker._extras import MissingExtraError
+
+    try:
+        try:
+            parser = _build_parser()
+            args = parser.parse_args(argv)
+        except SystemExit:  # argparse's --help, --version and usage errors
+            sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+            raise
+        if args.command is None:
+            parser.print_help()
+            status = 0
+        else:
+            status = int(args.run(args) or 0)
+        sys.stdout.flush()
+        return status
+    except MissingExtraError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # the command's loaders closed their workers on the way out (finally blocks)
+        print("stoker: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_stdout() -> None:
+    """Points stdout at /dev/null, so the interpreter's last flush raises no second error."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor
+            os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

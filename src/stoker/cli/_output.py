@@ -2,8 +2,9 @@
 
 * :func:`usage_error`: ``stoker COMMAND: message`` on stderr, and exit status 2;
 * :func:`say`: a line that survives characters the terminal cannot encode;
-* :func:`progress_bar`: a tqdm bar on stderr, or None without tqdm (the ``cli`` extra),
-  for the command to fall back to plain lines;
+* :func:`progress_bar`: a tqdm bar on stderr when stderr is a terminal, else None (a log
+  file or a pipe, or no tqdm: the ``cli`` extra), for the command to fall back to a few
+  plain lines;
 * :func:`pyplot`: matplotlib on its file-only backend, or None without it.
 """
 
@@ -12,9 +13,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from stoker._extras import install_hint
+
 __all__ = ["PLOT_INSTALL", "progress_bar", "pyplot", "say", "usage_error"]
 
-PLOT_INSTALL = "pip install 'stoker[cli]'"  # what a missing plot asks for
+PLOT_INSTALL = install_hint("matplotlib")  # what a missing plot asks for
 
 
 def usage_error(command: str, message: str) -> int:
@@ -34,7 +37,14 @@ def say(text: str, stream: Any = None) -> None:
 
 
 def progress_bar(total: int, unit: str, desc: str | None = None) -> Any:
-    """A tqdm bar on stderr counting ``total`` ``unit``\\ s, or None when tqdm is missing."""
+    """A tqdm bar on stderr counting ``total`` ``unit``\\ s, or None.
+
+    None when stderr is not a terminal (a bar redraws its line with carriage returns,
+    which a log file keeps every one of) or when tqdm is missing.
+    """
+    isatty = getattr(sys.stderr, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        return None
     try:
         from tqdm import tqdm
     except ImportError:

@@ -11,6 +11,10 @@ TARGET is one of:
 * ``module:attr`` or ``path/to/file.py:attr``, naming a dataset object, or a class or
   function that returns one when called without arguments (the current directory is
   importable, as with ``python -m``).
+
+Decoding the images of a folder or of ``stoker pack`` needs Pillow (the ``image`` extra):
+without it :func:`load_target` raises :class:`stoker._extras.MissingExtraError`, whose
+message names the extra, before any sample is read.
 """
 
 from __future__ import annotations
@@ -22,7 +26,17 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["DEFAULT_SIZE", "TargetError", "add_size_argument", "add_target_argument", "load_target"]
+from stoker._extras import require
+from stoker.cli._args import nonnegative_int, positive_int
+
+__all__ = [
+    "DEFAULT_SIZE",
+    "TargetError",
+    "add_size_argument",
+    "add_target_argument",
+    "decoded_here",
+    "load_target",
+]
 
 _MANIFEST_NAME = "manifest.json"  # stoker.formats._packed_spec.MANIFEST_NAME, without importing it
 DEFAULT_SIZE = 224  # the square images from a folder or `stoker pack` are resized and cropped to
@@ -37,9 +51,15 @@ def add_target_argument(parser: argparse.ArgumentParser, *, lead: str = "") -> N
     parser.add_argument("target", metavar="TARGET", help=lead + _FORMS)
 
 
-def add_size_argument(parser: argparse.ArgumentParser, *, help_text: str) -> None:
-    """``--size``: the square images from a folder or ``stoker pack`` become (``load_target``)."""
-    parser.add_argument("--size", type=int, default=DEFAULT_SIZE, help=help_text)
+def add_size_argument(
+    parser: argparse.ArgumentParser, *, help_text: str, zero_keeps_size: bool = True
+) -> None:
+    """``--size``: the square images from a folder or ``stoker pack`` become (``load_target``).
+
+    0 (each image keeps its own size) is a valid value only with ``zero_keeps_size``.
+    """
+    kind = nonnegative_int if zero_keeps_size else positive_int
+    parser.add_argument("--size", type=kind, default=DEFAULT_SIZE, metavar="PIXELS", help=help_text)
 
 
 class TargetError(ValueError):
@@ -76,12 +96,16 @@ class _ResizeCrop:
         return _resize_crop(image, self.size)
 
 
-def load_target(spec: str, *, size: int = DEFAULT_SIZE) -> tuple[Any, str]:
+def load_target(spec: str, *, size: int = DEFAULT_SIZE, command: str = "doctor") -> tuple[Any, str]:
     """The dataset TARGET names, and how the report should name it.
+
+    ``command`` (``"doctor"``, ``"bench"``) names the command in the message about a
+    missing package.
 
     Raises:
         TargetError: TARGET is neither a directory nor ``module:attr``, or ``module:attr``
             does not resolve; errors raised while loading the dataset propagate.
+        stoker._extras.MissingExtraError: TARGET holds images and Pillow is missing.
     """
     if os.path.isdir(spec):
         if os.path.isfile(os.path.join(spec, _MANIFEST_NAME)):
@@ -89,6 +113,7 @@ def load_target(spec: str, *, size: int = DEFAULT_SIZE) -> tuple[Any, str]:
 
             dataset = PackedDataset(spec)
             if dataset.metadata.get("packed_by") == "stoker pack":
+                require("PIL", f"stoker {command}", "to decode images")
                 dataset = PackedDataset(spec, transform=_DecodePacked(size))
                 return dataset, f"packed images {spec}" + (
                     f" (decoded, resized and cropped to {size})" if size else ""
@@ -96,6 +121,7 @@ def load_target(spec: str, *, size: int = DEFAULT_SIZE) -> tuple[Any, str]:
             return dataset, f"packed dataset {spec}"
         from stoker.formats.image_folder import ImageFolder
 
+        require("PIL", f"stoker {command}", "to decode images")
         transform = _ResizeCrop(size) if size else None
         return ImageFolder(spec, transform=transform), f"image folder {spec}" + (
             f" (resized and cropped to {size})" if size else ""
@@ -117,6 +143,17 @@ def load_target(spec: str, *, size: int = DEFAULT_SIZE) -> tuple[Any, str]:
         )
         raise TargetError(msg)
     return obj, spec
+
+
+def decoded_here(dataset: Any) -> bool:
+    """Whether :func:`load_target` decodes ``dataset``'s images itself (a folder or packed
+    images): its samples are then stoker's decoding, not the user's own transform's output."""
+    from stoker.formats.image_folder import ImageFolder
+
+    transform = getattr(dataset, "transform", None)
+    if isinstance(transform, (_ResizeCrop, _DecodePacked)):
+        return True
+    return isinstance(dataset, ImageFolder) and transform is None
 
 
 def _looks_like_dataset(obj: Any) -> bool:

@@ -33,12 +33,13 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import DatasetError
-from stoker._validate import check_int
-from stoker.cli._output import progress_bar, say
+from stoker._extras import require
+from stoker._image_files import IMAGE_CHECKS, read_image_file
+from stoker.cli._args import positive_int
+from stoker.cli._output import progress_bar, say, usage_error
 
 __all__ = ["add_parser", "run"]
 
-_CHECKS = ("decode", "verify", "none")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
 _SKIPPED_SHOWN = 20
 _PLAIN_PROGRESS_EVERY_S = 2.0
@@ -46,6 +47,10 @@ _PLAIN_PROGRESS_EVERY_S = 2.0
 
 class PackError(Exception):
     """A problem with the command's input; its message is printed and the exit status is 1."""
+
+
+class _NoSource(PackError):
+    """SRC names no directory: a usage error (exit status 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +85,7 @@ def add_parser(commands: Any) -> None:
         help="largest shard data file: KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024 (default 256MiB)",
     )
     parser.add_argument(
-        "--workers", type=int, default=min(32, (os.cpu_count() or 1) + 4), metavar="N",
+        "--workers", type=positive_int, default=min(32, (os.cpu_count() or 1) + 4), metavar="N",
         help="threads reading and checking files (default: CPUs + 4, at most 32)",
     )
     parser.add_argument(
@@ -97,7 +102,7 @@ def add_parser(commands: Any) -> None:
         "so that train and val share one mapping",
     )
     parser.add_argument(
-        "--check", choices=_CHECKS, default="decode",
+        "--check", choices=IMAGE_CHECKS, default="decode",
         help="per-image check: decode (default; full decode at reduced scale, catches truncated files), "
         "verify (Pillow's verify(), headers only) or none",
     )
@@ -109,6 +114,8 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         return _pack(args)
+    except _NoSource as exc:
+        return usage_error("pack", f"error: {exc}")
     except (PackError, OSError, DatasetError) as exc:  # bad input, I/O errors, a damaged result
         say(f"stoker pack: error: {exc}", sys.stderr)
         return 1
@@ -172,7 +179,7 @@ def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item]
     if not os.path.isdir(root):
         what = "does not exist" if not os.path.exists(root) else "is not a directory"
         msg = f"SRC {root!r} {what}; pass an image folder (SRC/CLASS/IMAGE), or a root folder with --files LIST.txt"
-        raise PackError(msg)
+        raise _NoSource(msg)
     if not args.files and not args.index and not any(not name.startswith(".") for name in os.listdir(root)):
         raise PackError(f"SRC {root!r} is empty: expected one subfolder per class with images inside (SRC/cat/1.jpg)")
     shared = _load_classes(args.classes_from) if args.classes_from else None
@@ -217,36 +224,6 @@ def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item]
 # -- reading and checking ----------------------------------------------------------------
 
 
-def _check_image(data: bytes, mode: str) -> None:
-    import io
-
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as image:
-        if mode == "verify":
-            image.verify()
-            return
-        if image.format == "JPEG":
-            image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
-        image.load()
-
-
-def _read(item: _Item, mode: str) -> tuple[bytes | None, str | None]:
-    try:
-        with open(item.path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
-    if not data:
-        return None, "empty file"
-    if mode != "none":
-        try:
-            _check_image(data, mode)
-        except Exception as exc:  # Pillow raises many types for bad images
-            return None, f"corrupt image: {type(exc).__name__}: {exc}"
-    return data, None
-
-
 def _read_in_order(items: list[_Item], workers: int, mode: str) -> Iterator[tuple[_Item, bytes | None, str | None]]:
     """Reads with a thread pool, yielding in the input order, a bounded window ahead."""
     window = max(4, 4 * workers)
@@ -254,7 +231,7 @@ def _read_in_order(items: list[_Item], workers: int, mode: str) -> Iterator[tupl
         pending: deque[tuple[_Item, concurrent.futures.Future[Any]]] = deque()
         source = iter(items)
         for item in source:
-            pending.append((item, pool.submit(_read, item, mode)))
+            pending.append((item, pool.submit(read_image_file, item.path, mode)))
             if len(pending) >= window:
                 break
         while pending:
@@ -262,7 +239,7 @@ def _read_in_order(items: list[_Item], workers: int, mode: str) -> Iterator[tupl
             data, error = future.result()
             nxt = next(source, None)
             if nxt is not None:
-                pending.append((nxt, pool.submit(_read, nxt, mode)))
+                pending.append((nxt, pool.submit(read_image_file, nxt.path, mode)))
             yield item, data, error
 
 
@@ -301,12 +278,8 @@ class _Progress:
 def _pack(args: argparse.Namespace) -> int:
     from stoker.formats.packed import PackedDataset, PackedWriter
 
-    check_int("--workers", args.workers, minimum=1, error=PackError)
     if args.check != "none":
-        try:
-            import PIL  # noqa: F401
-        except ImportError:
-            raise PackError("checking images needs Pillow: pip install 'stoker[image]', or pass --check none") from None
+        require("PIL", "stoker pack", "to check images (or pass --check none)")
     if os.path.isdir(args.dst) and os.listdir(args.dst) and not args.overwrite:
         what = "a packed dataset" if os.path.exists(os.path.join(args.dst, "manifest.json")) else "other files"
         msg = f"DST {args.dst!r} is not empty (it holds {what}); choose an empty directory, or pass --overwrite"

@@ -4,6 +4,9 @@ The checks are the ones careful users run by hand before every training run. The
 this order, each a function in ``_checks.py``:
 
 1. **length**: the dataset has samples;
+   **files**: for a dataset of image files (a ``path(index)`` method, like ``ImageFolder``),
+   every file is a readable image, checked as ``stoker pack`` checks it (``files=``); one
+   that is not is a failure;
 2. **sample**: one sample's fields with shapes, dtypes and value ranges, flagging images
    that are raw 0-255 pixels, 0-1 values that never went through ``Normalize``,
    channels-last (HWC) layouts where models expect CHW, and NaN / inf values;
@@ -13,10 +16,16 @@ this order, each a function in ``_checks.py``:
 5. **batches**: a few batches through :class:`stoker.DataLoader`, with their shapes;
 6. **shuffle**: whether a shuffled loader changes the order from one epoch to the next
    (a second epoch of the batches check's loader);
-7. **stats**: the per-channel mean and std over a sample of the dataset, printed as a
-   ``Normalize(...)`` call to paste;
+7. **stats**: the per-channel mean and std over a sample of the dataset, with a
+   ``Normalize(...)`` call to paste while the data is not normalised yet: raw pixels or
+   values in 0-1, none below 0. Values below 0 mean a mean was subtracted already (and
+   mean ~0 with std ~1 is standardised data): then the figures come without the advice;
 8. **labels**: the label distribution, flagging heavy imbalance (it counts the labels
    the stats pass read).
+
+``raw_images=True`` says the samples are images stoker decoded for the check (``stoker
+doctor FOLDER``): the dtype, range and layout warnings, which are about what a model is
+fed by the caller's own transform, are then left out.
 
 When the length or sample check fails, the others are skipped. Each check yields
 :class:`Finding` lines with a status (``ok``, ``warn``, ``fail``, ``skip``); a check that

@@ -8,8 +8,10 @@ fields, the stats pass collects the labels the labels check counts). Internal to
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import itertools
+import os
 import pickle
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from stoker._image_files import read_image_file
 from stoker.doctor._context import Context, Normalisation
 from stoker.doctor._stats import FieldStats, format_values
 from stoker.doctor._values import (
@@ -38,6 +41,8 @@ _IMBALANCE_RATIO = 10.0  # most common / least common class at which labels coun
 _MIN_LABELS_FOR_BALANCE = 20
 _BIG_PICKLE_BYTES = 256 * 2**20
 _MAX_CLASSES_SHOWN = 12
+_BAD_FILES_SHOWN = 10
+_FILES_PER_ROUND = 1024  # files submitted to the reading threads at a time
 
 
 # -- length ----------------------------------------------------------------------------
@@ -67,6 +72,65 @@ def check_length(ctx: Context) -> None:
         ctx.add("length", OK, f"{kind} {ctx.length:,} samples".strip(), length=ctx.length)
 
 
+# -- files -----------------------------------------------------------------------------
+def check_files(ctx: Context) -> None:
+    """Every file of a dataset of image files is a readable image (``stoker pack``'s check).
+
+    Runs for map-style datasets with a ``path(index)`` method (ImageFolder); a sample
+    check reads one file and the statistics a few hundred, so a corrupt file among
+    thousands would otherwise go unseen until training reaches it.
+    """
+    path_of = getattr(ctx.dataset, "path", None)
+    if ctx.iterable or not callable(path_of) or ctx.length is None:
+        return
+    mode = ctx.options.files
+    if mode == "none":
+        ctx.add("files", SKIP, "the files were not checked (files='none')")
+        return
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        from stoker._extras import install_hint
+
+        ctx.add("files", SKIP, f"checking the files needs Pillow: {install_hint('PIL')}")
+        return
+    paths = [os.fspath(path_of(i)) for i in range(ctx.length)]
+    bad = _unreadable_files(paths, mode)
+    how = "decoded at reduced scale" if mode == "decode" else "verified by Pillow (headers only)"
+    if not bad:
+        ctx.add(
+            "files", OK, f"all {len(paths):,} files are readable images ({how})", checked=len(paths)
+        )
+        return
+    details = [f"{path}: {reason}" for path, reason in bad[:_BAD_FILES_SHOWN]]
+    if len(bad) > _BAD_FILES_SHOWN:
+        details.append(f"... and {len(bad) - _BAD_FILES_SHOWN} more")
+    details.append("remove or re-encode them, or pass on_error='skip' to the DataLoader")
+    ctx.add("files", FAIL, (
+        f"{len(bad)} of {len(paths):,} {plural(len(paths), 'file')} {'is' if len(bad) == 1 else 'are'} "
+        f"not a readable image ({how})"
+    ), details, checked=len(paths), bad={path: reason for path, reason in bad})  # fmt: skip
+
+
+def _unreadable_files(paths: list[str], mode: str) -> list[tuple[str, str]]:
+    """``(path, reason)`` for every file that is not a readable image, in order."""
+
+    def problem(path: str) -> str | None:
+        return read_image_file(path, mode)[1]
+
+    bad = []
+    workers = min(32, (os.cpu_count() or 1) + 4)
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="stoker-doctor") as pool:
+        for start in range(0, len(paths), _FILES_PER_ROUND):
+            chunk = paths[start : start + _FILES_PER_ROUND]
+            bad.extend(
+                (path, reason)
+                for path, reason in zip(chunk, pool.map(problem, chunk), strict=True)
+                if reason is not None
+            )
+    return bad
+
+
 # -- sample ----------------------------------------------------------------------------
 def check_sample(ctx: Context) -> None:
     """One sample's fields, flagging raw pixels, missing normalisation, HWC and NaN."""
@@ -94,7 +158,7 @@ def check_sample(ctx: Context) -> None:
         figures[name] = data
         array = as_array(leaf)
         if array is not None:
-            flags.extend(_field_flags(name, array, data))
+            flags.extend(_field_flags(name, array, data, raw=ctx.options.raw_images))
     ctx.image_path = _statistics_field(fields)
     ctx.label_path = label_path(ctx.sample)
     kind = type(ctx.sample).__name__
@@ -141,8 +205,14 @@ def _statistics_field(fields: list[tuple[FieldPath, Any]]) -> FieldPath | None:
     return None
 
 
-def _field_flags(name: str, array: np.ndarray, data: Mapping[str, Any]) -> list[Finding]:
-    """NaN or inf values in a field, then what is wrong with it as an image."""
+def _field_flags(
+    name: str, array: np.ndarray, data: Mapping[str, Any], *, raw: bool
+) -> list[Finding]:
+    """NaN or inf values in a field, then what is wrong with it as an image.
+
+    ``raw``: the images are decoded by stoker for the check, not the user's pipeline's:
+    a note replaces the warnings about dtype, range and layout.
+    """
     found = []
     if data.get("non_finite"):
         found.append(
@@ -153,7 +223,12 @@ def _field_flags(name: str, array: np.ndarray, data: Mapping[str, Any]) -> list[
                 data={"field": name},
             )
         )
-    if is_image(array):
+    if is_image(array) and raw:
+        found.append(Finding("sample", OK, (
+            f"{name} holds the decoded pixels ({array.dtype}, {layout(array.shape)}); the dtype, range "
+            "and layout your model is fed come from your own transform: pass module:attr to check them"
+        ), data={"field": name, "flag": "decoded"}))  # fmt: skip
+    elif is_image(array):
         found.extend(_image_flags(name, array, data))
     return found
 
@@ -470,13 +545,21 @@ def _add_stats(ctx: Context, name: str, stats: FieldStats) -> None:
         details.append(
             f"raw 0-255 scale: mean = {format_values(raw_mean)}, std = {format_values(raw_std)}"
         )
-    details.append(f"paste: Normalize(mean={format_values(mean)}, std={format_values(std)})")
+    standardised = all(abs(m) < 0.1 for m in mean) and all(abs(s - 1) < 0.1 for s in std)
+    advise = stats.low >= 0 and not standardised
+    if advise:
+        details.append(f"paste: Normalize(mean={format_values(mean)}, std={format_values(std)})")
     if stats.skipped:
         details.append(
             f"({stats.skipped} samples left out: no such field or a different channel count)"
         )
-    if all(abs(m) < 0.1 for m in mean) and all(abs(s - 1) < 0.1 for s in std):
-        message += "; already standardised (mean ~0, std ~1)"
+    if standardised:
+        message += "; already standardised (mean ~0, std ~1): no Normalize to add"
+    elif not advise:
+        message += (
+            f"; already normalised (values go down to {stats.low:.4g}, so a mean was "
+            "subtracted): no Normalize to add"
+        )
     ctx.add(
         "stats",
         OK,
@@ -487,6 +570,7 @@ def _add_stats(ctx: Context, name: str, stats: FieldStats) -> None:
         mean=list(mean),
         std=list(std),
         scale=scale,
+        normalize_advised=advise,
     )
     ctx.normalisation = Normalisation(name, mean, std)
 

@@ -27,6 +27,8 @@ class Options:
     num_workers: int
     index: int
     seed: int
+    files: str = "decode"  # how the files check reads each file: decode, verify or none
+    raw_images: bool = False  # the images are decoded by stoker for the check, not the user's
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from stoker._validate import check_int
+from stoker._image_files import IMAGE_CHECKS
+from stoker._validate import check_choice, check_int
 from stoker.datasets import is_iterable_dataset
 from stoker.doctor._checks import (
     check_batches,
+    check_files,
     check_labels,
     check_length,
     check_sample,
@@ -40,6 +42,8 @@ def check(
     index: int = 0,
     seed: int = 0,
     target: str | None = None,
+    files: str = "decode",
+    raw_images: bool = False,
 ) -> DoctorReport:
     """Runs the self-checks over ``dataset`` and returns what they found.
 
@@ -54,6 +58,15 @@ def check(
         index: the sample to inspect and fetch twice.
         seed: seeds the shuffled loader and the choice of samples for the statistics.
         target: how the report names the dataset (default: its ``repr``).
+        files: for a dataset of image files (one with a ``path(index)`` method, like
+            :class:`~stoker.formats.image_folder.ImageFolder`), how every file is checked,
+            as ``stoker pack`` checks them: ``"decode"`` (a full decode at reduced scale,
+            which catches truncated files), ``"verify"`` (headers only) or ``"none"``. A
+            file that is not a readable image is a failure.
+        raw_images: the samples are images stoker decoded for the check (``stoker
+            doctor FOLDER``), not the output of the caller's own pipeline: the warnings
+            about raw uint8 pixels, unscaled values and channels-last layouts, which are
+            about what a model is fed, are left out.
 
     Returns:
         A :class:`DoctorReport`; ``print(report)`` shows it, ``report.exit_code`` is 0
@@ -71,12 +84,16 @@ def check(
         num_workers=check_int("num_workers", num_workers),
         index=check_int("index", index),
         seed=check_int("seed", seed),
+        files=check_choice("files", files, IMAGE_CHECKS),
+        raw_images=bool(raw_images),
     )
     ctx = Context(dataset, options, iterable=is_iterable_dataset(dataset))
     if target is None:
         target = target_name(dataset)
     _run(ctx, "length", check_length)
-    if not any(f.status == FAIL for f in ctx.findings):
+    if ctx.length:
+        _run(ctx, "files", check_files)
+    if not any(f.status == FAIL for f in ctx.findings if f.check == "length"):
         _run(ctx, "sample", check_sample)
     if ctx.sample is not None:
         for name, run_check in _SAMPLE_CHECKS:

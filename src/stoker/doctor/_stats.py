@@ -51,7 +51,8 @@ class FieldStats:
 
     A sample whose field is missing, empty, or has another channel count than the first
     is left out and counted in ``skipped``. ``pixels`` stays true while every value seen
-    is an image in 0-255 (uint8, or floats up to 255 with a maximum above 2).
+    is an image in 0-255 (uint8, or floats up to 255 with a maximum above 2). ``low`` is
+    the smallest value seen: below 0, the data had a mean subtracted already.
     """
 
     def __init__(self) -> None:
@@ -60,6 +61,7 @@ class FieldStats:
         self.skipped = 0
         self.layout: str | None = None
         self.pixels = True
+        self.low = float("inf")
 
     def add(self, array: np.ndarray | None) -> None:
         if array is None or array.size == 0:
@@ -80,6 +82,9 @@ class FieldStats:
             )
         )
         self.channels.add(x)
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            self.low = min(self.low, float(finite.min()))
         self.seen += 1
 
     @property

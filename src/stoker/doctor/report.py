@@ -24,6 +24,7 @@ OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 # line saying the remaining checks were skipped.
 CHECK_ORDER = (
     "length",
+    "files",
     "sample",
     "transform",
     "workers",
@@ -40,7 +41,7 @@ class Finding:
     """One line of the report.
 
     Attributes:
-        check: which check: ``length``, ``sample``, ``transform``, ``workers``,
+        check: which check: ``length``, ``files``, ``sample``, ``transform``, ``workers``,
             ``batches``, ``labels``, ``shuffle`` or ``stats``.
         status: ``"ok"``, ``"warn"``, ``"fail"`` or ``"skip"``.
         message: one readable sentence.

@@ -22,11 +22,19 @@ script makes the run reproducible, as it does with torch.
 
 Importing this package teaches Hugging Face accelerate (when it is, or later gets,
 imported) to rebuild stoker loaders as stoker loaders: see ``stoker.torch._accelerate``.
+
+Without torch, importing this package raises an ImportError (a
+:class:`~stoker._extras.MissingExtraError`) that names the extra: ``pip install
+'stoker[torch]'``.
 """
 
-from stoker.torch import _accelerate
-from stoker.torch._loader import DataLoader
-from stoker.torch._samplers import BatchSampler, RandomSampler, SequentialSampler
+from stoker._extras import require
+
+require("torch", "stoker.torch")
+
+from stoker.torch import _accelerate  # noqa: E402
+from stoker.torch._loader import DataLoader  # noqa: E402
+from stoker.torch._samplers import BatchSampler, RandomSampler, SequentialSampler  # noqa: E402
 
 __all__ = ["BatchSampler", "DataLoader", "RandomSampler", "SequentialSampler"]
 

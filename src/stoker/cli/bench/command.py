@@ -14,7 +14,9 @@ import platform
 import sys
 from typing import Any
 
+from stoker._extras import MissingExtraError
 from stoker._proc import usable_cpus
+from stoker.cli._args import int_list, nonnegative_int, positive_int
 from stoker.cli._output import progress_bar, usage_error
 from stoker.cli._target import TargetError, add_size_argument, add_target_argument, load_target
 from stoker.cli.bench.report import (
@@ -37,28 +39,33 @@ def add_parser(commands: Any) -> None:
         description="Load a dataset with each num_workers (and prefetch_factor) setting, drop the "
         "warm-up batches, time the rest, and report batches/s, samples/s, the memory estimate "
         "(batch bytes x workers x prefetch) beside the measured peak memory, and the knee: "
-        "the fewest workers within 5%% of the best rate.",
+        "the fewest workers within 5% of the best rate.",
     )
     add_target_argument(parser, lead="the dataset, as for stoker doctor: ")
-    parser.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=64, help="samples per batch (default 64)"
+    )
     parser.add_argument(
         "--workers",
-        type=_int_list,
+        type=int_list(0),
         default=None,
         help="num_workers values, comma-separated (default: 0 and powers of two up to the "
         f"CPU count: {','.join(map(str, default_workers()))})",
     )
     parser.add_argument(
         "--prefetch",
-        type=_int_list,
+        type=int_list(1),
         default=(2,),
         help="prefetch_factor values for num_workers > 0 (default 2)",
     )
     parser.add_argument(
-        "--batches", type=int, default=50, help="timed batches per setting (default 50)"
+        "--batches", type=positive_int, default=50, help="timed batches per setting (default 50)"
     )
     parser.add_argument(
-        "--warmup", type=int, default=5, help="batches dropped before timing (default 5)"
+        "--warmup",
+        type=nonnegative_int,
+        default=5,
+        help="batches dropped before timing (default 5)",
     )
     parser.add_argument(
         "--worker-mode",
@@ -71,6 +78,7 @@ def add_parser(commands: Any) -> None:
         help_text="images from a folder or `stoker pack`: decode, resize the shorter side and "
         "centre-crop to this size, as stoker doctor does (default 224); for your own "
         "transforms pass module:attr",
+        zero_keeps_size=False,
     )
     parser.add_argument(
         "--no-shuffle",
@@ -79,29 +87,30 @@ def add_parser(commands: Any) -> None:
         help="read in order instead of shuffled",
     )
     parser.add_argument(
-        "--plot", default="bench.png", help="where to write the PNG plot (default bench.png)"
+        "--plot",
+        default=None,
+        metavar="PATH",
+        help="also write a PNG plot of the sweep to PATH (default: no plot; needs matplotlib)",
     )
     parser.add_argument(
-        "--no-plot", dest="plot", action="store_const", const=None, help="write no plot"
+        "--no-plot",
+        dest="plot",
+        action="store_const",
+        const=None,
+        help="write no plot (the default)",
     )
-    parser.add_argument("--html", default=None, help="also write a self-contained HTML report here")
+    parser.add_argument(
+        "--html",
+        default=None,
+        metavar="PATH",
+        help="also write a self-contained HTML report to PATH",
+    )
     parser.add_argument(
         "--json",
         action="store_true",
         help="print the results as JSON on stdout instead of the table",
     )
     parser.set_defaults(run=run)
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        values = ()
-    if not values:
-        msg = f"expected comma-separated integers such as 0,1,2,4, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return values
 
 
 def _describe(dataset: Any) -> str:
@@ -158,15 +167,21 @@ class _Bar:
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = _bad_option(args)
-    if problem is not None:
-        return usage_error("bench", problem)
     try:
-        dataset, _ = load_target(args.target, size=args.size)
+        dataset, _ = load_target(args.target, size=args.size, command="bench")
     except TargetError as exc:
         return usage_error("bench", str(exc))
+    except MissingExtraError:
+        raise
+    except Exception as exc:  # the user's dataset failed to build: report it, not a traceback
+        print(
+            f"stoker bench: loading {args.target} raised {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return 1
     if hasattr(dataset, "__len__") and len(dataset) == 0:
-        return usage_error("bench", f"{args.target} is empty: there is nothing to load")
+        print(f"stoker bench: {args.target} is empty: there is nothing to load", file=sys.stderr)
+        return 1
     workers = args.workers if args.workers is not None else default_workers()
     settings = sum(1 if w == 0 else len(set(args.prefetch)) for w in set(workers))
     title = (
@@ -198,23 +213,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_table(result, notes)
     return 0
-
-
-def _bad_option(args: argparse.Namespace) -> str | None:
-    """What is wrong with the numbers given, or None."""
-    for name in ("batch_size", "batches", "size"):
-        if getattr(args, name) < 1:
-            option, value = name.replace("_", "-"), getattr(args, name)
-            return f"--{option} must be at least 1, got {value}"
-    for option, value, minimum in (
-        ("--warmup", [args.warmup], 0),
-        ("--workers", args.workers or [0], 0),
-        ("--prefetch", args.prefetch, 1),
-    ):
-        if min(value) < minimum:
-            shown = ",".join(map(str, value))
-            return f"{option} must be {minimum} or more, got {shown}"
-    return None
 
 
 def _write_files(
