@@ -10,6 +10,7 @@ written against ``torch.utils.data`` keeps working::
     │   ├── DatasetIndexError (DatasetError, IndexError)  an index is out of range
     │   ├── ImageDecodeError (DatasetError, ValueError)   bytes are not a readable image
     │   └── PackedFormatError (DatasetError)              a packed dataset is damaged
+    ├── MissingExtraError (StokerError, ModuleNotFoundError)  an optional package is missing
     ├── TooManyBadSamples (StokerError)          more samples failed than max_errors allows
     ├── WorkerError (StokerError, RuntimeError)   a worker died, hung or misbehaved
     └── ShmError (StokerError, OSError)           shared memory is missing or too small
@@ -26,6 +27,7 @@ __all__ = [
     "DatasetError",
     "DatasetIndexError",
     "ImageDecodeError",
+    "MissingExtraError",
     "PackedFormatError",
     "ShmError",
     "StokerError",
@@ -77,10 +79,17 @@ class ShmError(StokerError, OSError):
     """Shared memory (``/dev/shm``) is missing or too small for the slot pool."""
 
 
+class MissingExtraError(StokerError, ModuleNotFoundError):
+    """An optional package is missing; the message names the extra that installs it.
+
+    A :class:`ModuleNotFoundError` (so an ``ImportError``), with ``name`` the module.
+    """
+
+
 # Users import these from ``stoker``; tracebacks and reprs name them there too. Pickling
 # (a worker's exception sent to the trainer) finds them there as well.
 for _error in (
-    CollateError, DatasetError, DatasetIndexError, ImageDecodeError, PackedFormatError,
+    CollateError, DatasetError, DatasetIndexError, ImageDecodeError, MissingExtraError, PackedFormatError,
     ShmError, StokerError, TooManyBadSamples, WorkerError,
 ):  # fmt: skip
     _error.__module__ = "stoker"

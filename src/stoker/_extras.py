@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from stoker._errors import MissingExtraError
+
 __all__ = ["EXTRAS", "MissingExtraError", "require"]
 
 # module -> (the package pip installs, the stoker extra that brings it)
@@ -21,13 +23,6 @@ EXTRAS = {
     "tqdm": ("tqdm", "cli"),
     "matplotlib": ("matplotlib", "cli"),
 }
-
-
-class MissingExtraError(ModuleNotFoundError):
-    """An optional package is missing; the message names the extra that installs it.
-
-    A :class:`ModuleNotFoundError` (so an ``ImportError``), with ``name`` the module.
-    """
 
 
 def install_hint(module: str) -> str:

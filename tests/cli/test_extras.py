@@ -124,3 +124,23 @@ def test_import_stoker_torch_names_the_torch_extra(core_only: dict[str, str]) ->
     assert result.stdout == (
         "MissingExtraError|torch|stoker.torch needs torch: pip install 'stoker[torch]'\n"
     ), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (
+            "from stoker.formats.image_folder import ImageFolder; ImageFolder({folder!r})",
+            "MissingExtraError: ImageFolder needs Pillow to decode images: pip install 'stoker[image]'",
+        ),
+        (
+            "from stoker.vision import DecodeImage; DecodeImage()",
+            "MissingExtraError: DecodeImage needs Pillow to decode images: pip install 'stoker[image]'",
+        ),
+    ],
+    ids=["ImageFolder", "DecodeImage"],
+)
+def test_image_datasets_name_the_extra_when_built(code: str, message: str, core_only, folder) -> None:
+    result = python(core_only, "-c", code.format(folder=str(folder)))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"stoker.{message}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from stoker._extras import require
 from stoker._validate import check_choice
 from stoker.vision.decode import (
     PILLOW_LIMIT,
@@ -34,10 +35,20 @@ DECODE_CHOICES = ("auto", "simplejpeg", "pillow", "pil")
 
 
 def check_decode_options(
-    decode: str, size_hint: Any, max_pixels: Any, transform: Any, name: str = "transform"
+    decode: str,
+    size_hint: Any,
+    max_pixels: Any,
+    transform: Any,
+    name: str = "transform",
+    owner: str = "ImageFolder",
 ) -> MaxPixels:
-    """Checks the decoding arguments early (in the main process); returns ``max_pixels``."""
+    """Checks the decoding arguments early (in the main process); returns ``max_pixels``.
+
+    A missing decoder fails here, naming the extra to install, not at the first sample.
+    """
     check_choice("decode", decode, DECODE_CHOICES)
+    if decode != "simplejpeg":
+        require("PIL", owner, "to decode images")
     if size_hint != "full":
         check_size_hint(size_hint)
     if decode == "simplejpeg":
@@ -135,7 +146,9 @@ class DecodeImage:
         size_hint: int | tuple[int, int] | str | None = None,
         max_pixels: MaxPixels = PILLOW_LIMIT,
     ) -> None:
-        self.max_pixels = check_decode_options(decode, size_hint, max_pixels, transform)
+        self.max_pixels = check_decode_options(
+            decode, size_hint, max_pixels, transform, owner="DecodeImage"
+        )
         if field is not None and not isinstance(field, (int, str)):
             msg = f"field must be None, a position (int) or a key (str), got {field!r}"
             raise TypeError(msg)
