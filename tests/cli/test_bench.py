@@ -346,3 +346,14 @@ def test_background_load_counts_other_processes_not_ours() -> None:
         subprocess.run([sys.executable, "-c", spin], check=True)
         time.sleep(0.8)
     assert load.cpus is not None and load.cpus >= 0.25  # the spinner kept about one CPU busy
+
+
+def test_every_derived_column_of_the_table_is_defined_under_it() -> None:
+    from stoker.cli.bench.report import _COLUMNS, memory_note
+    from stoker.tuning import SweepResult
+
+    note = memory_note(SweepResult((), batch_size=1))
+    plain = {"num_workers", "prefetch", "batches/s", "samples/s"}  # the settings and the rates
+    for column in set(_COLUMNS) - plain:
+        assert f"{column} = " in note, column
+    assert "* = the knee" in note
