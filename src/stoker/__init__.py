@@ -47,7 +47,6 @@ from stoker.datasets import (
 )
 from stoker.loader import DataLoader
 from stoker.profiling import LoaderStats, profile
-from stoker.randomness import sample_rng
 from stoker.samplers import (
     BatchSampler,
     BlockShuffleSampler,
@@ -59,7 +58,7 @@ from stoker.samplers import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
-from stoker.seeding_utils import seed_everything
+from stoker.seeding import sample_rng, seed_everything
 
 __version__ = "0.1.0"
 

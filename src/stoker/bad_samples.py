@@ -26,22 +26,16 @@ Example:
 
 from __future__ import annotations
 
-import logging
-import math
 import traceback
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from stoker._deprecated import Moved, moved_attribute
 from stoker._errors import TooManyBadSamples
-from stoker._validate import check_int, is_int
 
-__all__ = ["BadSampleBudget", "ErrorReport", "SkippedSample", "TooManyBadSamples", "skipped_sample"]
-
-logger = logging.getLogger("stoker")
+__all__ = ["ErrorReport", "SkippedSample", "TooManyBadSamples", "skipped_sample"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,56 +103,17 @@ class ErrorReport:
         return f"ErrorReport(skipped={len(self.skipped)}, attempted={self.attempted})"
 
 
-class BadSampleBudget:
-    """Counts attempted and skipped samples and enforces ``max_errors``.
+_BUDGET_ADVICE = (
+    "{name} is internal to stoker's DataLoader and now lives in stoker._bad_sample_budget, "
+    "which may change without notice; pass on_error='skip' and max_errors= to the DataLoader "
+    "and read loader.error_report() instead"
+)
 
-    ``max_errors``: ``None`` (no limit), an int (that many bad samples in all), or a
-    fraction in (0, 1) (that share of the samples attempted so far, and always at least
-    one: ``0.01`` allows one bad sample in every hundred).
-    """
-
-    def __init__(self, max_errors: int | float | None) -> None:
-        self.max_errors = check_max_errors(max_errors)
-        self.skipped: list[SkippedSample] = []
-        self.attempted = 0
-
-    def record(self, attempted: int, skipped: tuple[SkippedSample, ...] | list[SkippedSample]) -> None:
-        self.attempted += attempted
-        for sample in skipped:
-            self.skipped.append(sample)
-            logger.warning("skipped a bad sample at %s", sample.describe())
-        if skipped and len(self.skipped) > self.allowed():
-            report = ErrorReport(self.skipped, self.attempted)
-            msg = (
-                f"stopping: {len(self.skipped)} bad samples exceed max_errors={self.max_errors!r}.\n"
-                f"{report}\nFix or remove the broken files (stoker doctor helps), or raise max_errors."
-            )
-            raise TooManyBadSamples(msg)
-
-    def allowed(self) -> float:
-        limit = self.max_errors
-        if limit is None:
-            return math.inf
-        if isinstance(limit, float):
-            return max(1, math.floor(limit * self.attempted))
-        return limit
-
-    def report(self) -> ErrorReport:
-        return ErrorReport(self.skipped, self.attempted)
+_MOVED = {
+    name: Moved("stoker._bad_sample_budget", _BUDGET_ADVICE.format(name=name))
+    for name in ("BadSampleBudget", "check_max_errors")
+}
 
 
-def check_max_errors(max_errors: Any) -> int | float | None:
-    if max_errors is None:
-        return None
-    if is_int(max_errors):
-        return check_int("max_errors", max_errors, message="max_errors must be >= 0")
-    if not isinstance(max_errors, (float, np.floating)):
-        msg = f"max_errors must be None, a count (int >= 0) or a fraction in (0, 1), got {max_errors!r}"
-        raise TypeError(msg)
-    if not 0 < max_errors < 1:
-        msg = (
-            f"max_errors={max_errors!r}: a float is a fraction of the samples attempted and must lie "
-            "in (0, 1); pass an int for a count"
-        )
-        raise ValueError(msg)
-    return float(max_errors)
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, _MOVED, name)

@@ -31,8 +31,8 @@ import numpy as np
 
 from stoker._errors import DatasetError
 from stoker._index import normalize_index, normalize_indices
-from stoker._seeding import derive_rng, is_torch_generator
 from stoker._stacked import StackedSamples
+from stoker.seeding import _derive_rng, _is_torch_generator
 
 __all__ = [
     "ArrayDataset",
@@ -501,7 +501,7 @@ def random_split(
             remainder is handed out one by one, round robin, from the first split).
             An empty split from fractions triggers a ``UserWarning``.
         generator: ``None``, an int seed or a ``numpy.random.Generator`` (the
-            permutation comes from :func:`stoker._seeding.derive_rng`); or a
+            permutation is drawn as :mod:`stoker.seeding` describes); or a
             ``torch.Generator``, in which case the splits equal those of
             ``torch.utils.data.random_split`` with the same generator state.
 
@@ -515,12 +515,12 @@ def random_split(
     """
     n = _sized_len(dataset, "random_split's dataset")
     sizes = _split_lengths(lengths, n)
-    if is_torch_generator(generator):
+    if _is_torch_generator(generator):
         import torch
 
         order: list[int] = torch.randperm(n, generator=generator).tolist()
     else:
-        order = derive_rng(generator).permutation(n).tolist()
+        order = _derive_rng(generator).permutation(n).tolist()
     return [
         Subset(dataset, order[end - size : end])
         for end, size in zip(itertools.accumulate(sizes), sizes, strict=True)

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from stoker._bad_sample_budget import BadSampleBudget
 from stoker._loader_arguments import check_arguments, warn_excessive_workers
 from stoker._resume import (
     STATE_VERSION,
@@ -26,10 +27,9 @@ from stoker._resume import (
     mid_epoch_state,
     skip_batches,
 )
-from stoker._seeding import epoch_rng, is_torch_generator, resolve_base_seed
 from stoker._thread_safety import warn_shared_handles
 from stoker._validate import check_int
-from stoker.bad_samples import BadSampleBudget, ErrorReport
+from stoker.bad_samples import ErrorReport
 from stoker.collate import default_collate, default_convert
 from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
 from stoker.engine.messages import WorkerSpec
@@ -45,6 +45,7 @@ from stoker.profiling.copy_on_read import (
 )
 from stoker.profiling.stats import LoaderStats, StatsRecorder
 from stoker.samplers import BatchSampler, RandomSampler, SequentialSampler
+from stoker.seeding import _derive_epoch_seed, _is_torch_generator, _resolve_base_seed
 
 __all__ = ["DataLoader"]
 
@@ -230,10 +231,10 @@ class DataLoader(Generic[T]):
         # loader leaves the global random generators as it found them (as torch's does)
         self._seed: int | None = (
             0
-            if is_torch_generator(generator)
+            if _is_torch_generator(generator)
             else None
             if generator is None
-            else resolve_base_seed(generator)
+            else _resolve_base_seed(generator)
         )
         self._torch_seed: tuple[int, int] | None = (
             None  # a torch.Generator's last base seed, its epoch
@@ -265,7 +266,7 @@ class DataLoader(Generic[T]):
 
     def _fresh_seed(self) -> int:
         """The base seed of a loader built with ``generator=None`` (from numpy's global RNG)."""
-        return resolve_base_seed(None)
+        return _resolve_base_seed(None)
 
     def _base_seed(self) -> int:
         """The loader's base seed, drawn now if the loader was built with ``generator=None``."""
@@ -433,7 +434,7 @@ class DataLoader(Generic[T]):
         sampler_state = getattr(self._index_sampler, "state_dict", None)
         if callable(sampler_state):
             start["sampler"] = sampler_state()
-        if is_torch_generator(self.generator):
+        if _is_torch_generator(self.generator):
             start["generator"] = self.generator.get_state()
             start["torch_draw"] = draw
         progress = Progress(
@@ -479,7 +480,7 @@ class DataLoader(Generic[T]):
             and held == 0
             and (progress.done or progress.yielded >= self._epoch_length())
         )
-        torch_generator = is_torch_generator(self.generator)
+        torch_generator = _is_torch_generator(self.generator)
         if progress is None or finished:
             state: dict[str, Any] = {"epoch": self._epoch, "batches": 0}
             sampler_state = getattr(self._index_sampler, "state_dict", None)
@@ -565,12 +566,12 @@ class DataLoader(Generic[T]):
         epoch: each epoch draws, except with persistent workers, which draw once, when
         they start. An epoch that does not draw derives its seed from the last draw.
         """
-        if not is_torch_generator(self.generator):
-            return int(epoch_rng(self._base_seed(), epoch).integers(0, 2**62))
+        if not _is_torch_generator(self.generator):
+            return _derive_epoch_seed(self._base_seed(), epoch)
         if draw or self._torch_seed is None:
             self._torch_seed = (_draw_torch_base_seed(self.generator), epoch)
         seed, drawn_at = self._torch_seed
-        return seed if epoch == drawn_at else int(epoch_rng(seed, epoch).integers(0, 2**62))
+        return seed if epoch == drawn_at else _derive_epoch_seed(seed, epoch)
 
     def _new_autotuner(self) -> AutoTuner | None:
         tune_workers, tune_prefetch = self._autotune_flags
@@ -785,7 +786,7 @@ def _draw_torch_base_seed(generator: Any) -> int | None:
     torch draws one int64 "base seed" from the loader's generator every epoch, before
     the sampler runs; doing the same keeps shuffled orders equal to torch's.
     """
-    if not is_torch_generator(generator):
+    if not _is_torch_generator(generator):
         return None
     import torch
 

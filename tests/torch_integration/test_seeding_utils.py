@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from stoker.seeding_utils import seed_everything
+from stoker.seeding import seed_everything
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,8 @@ One batch, hop by hop, with the file that does each step:
    ``EpochHooks.deliver`` (``stoker.torch`` turns it into tensors there). The slot goes back
    to the pool when the last view of the batch is collected.
 
-Alongside: ``autotune.py`` grows workers and prefetch while an epoch runs (``"auto"``),
-``termination.py`` stops every pool on SIGTERM. ``docs/engine.md`` has the design notes.
+Alongside: ``random_scopes.py`` serves global random draws from per-sample generators
+(the seeding story is in :mod:`stoker.seeding`), ``autotune.py`` grows workers and prefetch
+while an epoch runs (``"auto"``), ``termination.py`` stops every pool on SIGTERM.
+``docs/engine.md`` has the design notes.
 """

@@ -2,9 +2,10 @@
 
 The same fetcher runs in the main process (``num_workers=0``) and inside each worker,
 so the two paths cannot drift apart. A fetcher also opens the random scopes of
-:mod:`stoker.randomness`: global random draws while loading sample ``p`` of an epoch are
-seeded from ``(epoch seed, p)``, those in ``__getitems__`` and ``collate_fn`` from
-``(epoch seed, batch index)``, so augmentations do not depend on which worker runs them.
+``random_scopes.py`` (the story is in :mod:`stoker.seeding`): global random draws while
+loading sample ``p`` of an epoch are seeded from ``(epoch seed, p)``, those in
+``__getitems__`` and ``collate_fn`` from ``(epoch seed, batch index)``, so augmentations do
+not depend on which worker runs them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any
 
-from stoker import randomness
 from stoker.bad_samples import SkippedSample, skipped_sample
+from stoker.engine import random_scopes
 from stoker.engine.messages import add_note
 from stoker.profiling.stats import PROFILE_SAMPLES
 
@@ -83,7 +84,7 @@ class MapFetcher:
         dataset = self._dataset
         start = perf_counter()
         if not self.auto_collation:
-            scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+            scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
             try:
                 scope.position, scope.index = position, index
                 sample = dataset[index]
@@ -94,12 +95,12 @@ class MapFetcher:
                 self.skipped.append(skipped_sample(dataset, index, exc))
                 raise AllSkipped from None
             finally:
-                randomness.end(previous)
+                random_scopes.end(previous)
             return self._timed_collate(sample, epoch_seed, batch_index, start, index)
         if self.skip_errors:
             samples = self._fetch_skipping(index, epoch_seed, batch_index, position)
         elif self._getitems is not None:
-            scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
+            scope, previous = random_scopes.begin(epoch_seed, random_scopes.BATCH)
             try:
                 scope.position, scope.index = batch_index, index
                 samples = self._getitems(index)
@@ -111,11 +112,11 @@ class MapFetcher:
                 )
                 raise
             finally:
-                randomness.end(previous)
+                random_scopes.end(previous)
         elif PROFILE_SAMPLES:
             samples = self._fetch_timing_samples(index, epoch_seed, position)
         else:
-            scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+            scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
             i = None
             try:
                 samples = []
@@ -127,7 +128,7 @@ class MapFetcher:
                 note_sample(exc, dataset, i, batch_index, index)
                 raise
             finally:
-                randomness.end(previous)
+                random_scopes.end(previous)
         return self._timed_collate(samples, epoch_seed, batch_index, start, index)
 
     def _timed_collate(
@@ -142,7 +143,7 @@ class MapFetcher:
     def _fetch_timing_samples(self, index: Any, epoch_seed: int, position: int) -> list[Any]:
         """STOKER_PROFILE_SAMPLES=1: times and logs every sample, keeps the slowest."""
         dataset, samples, slow = self._dataset, [], []
-        scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+        scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
         i = None
         try:
             for offset, i in enumerate(index):
@@ -156,7 +157,7 @@ class MapFetcher:
             note_sample(exc, self._dataset, i, None, index)
             raise
         finally:
-            randomness.end(previous)
+            random_scopes.end(previous)
         self.slow_samples = tuple(sorted(slow, reverse=True)[:_KEEP_SLOW_SAMPLES])
         return samples
 
@@ -165,16 +166,16 @@ class MapFetcher:
     ) -> list[Any]:
         dataset = self._dataset
         if self._getitems is not None:
-            scope, previous = randomness.begin(epoch_seed, randomness.BATCH)
+            scope, previous = random_scopes.begin(epoch_seed, random_scopes.BATCH)
             try:
                 scope.position, scope.index = batch_index, index
                 return self._getitems(index)
             except Exception:
                 pass  # find the bad samples one by one below
             finally:
-                randomness.end(previous)
+                random_scopes.end(previous)
         samples = []
-        scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+        scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
         try:
             for offset, i in enumerate(index):
                 scope.position, scope.index = position + offset, i
@@ -183,13 +184,13 @@ class MapFetcher:
                 except Exception as exc:
                     self.skipped.append(skipped_sample(dataset, i, exc))
         finally:
-            randomness.end(previous)
+            random_scopes.end(previous)
         if not samples:
             raise AllSkipped
         return samples
 
     def _collate_in_scope(self, samples: Any, epoch_seed: int, batch_index: int, index: Any) -> Any:
-        scope, previous = randomness.begin(epoch_seed, randomness.COLLATE)
+        scope, previous = random_scopes.begin(epoch_seed, random_scopes.COLLATE)
         try:
             scope.position, scope.index = batch_index, index
             return self._collate(samples)
@@ -198,7 +199,7 @@ class MapFetcher:
                 note_collated(exc, index)
             raise
         finally:
-            randomness.end(previous)
+            random_scopes.end(previous)
 
 
 def summary(indices: Any, limit: int = 16) -> str:
@@ -272,12 +273,12 @@ class IterableFetcher:
     ):
         self._epoch_seed = epoch_seed
         self._taken = taken  # samples drawn this epoch so far (a resumed stream starts later)
-        scope, previous = randomness.begin(epoch_seed, randomness.SAMPLE)
+        scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
         try:
             scope.position = -1
             self._iterator: Iterator[Any] = iter(dataset)
         finally:
-            randomness.end(previous)
+            random_scopes.end(previous)
         self._collate = collate_fn
         self._drop_last = drop_last
         self._ended = False
@@ -295,7 +296,7 @@ class IterableFetcher:
     def fetch(self, batch_index: int = 0) -> Any:
         if self._ended:
             raise StopIteration
-        scope, previous = randomness.begin(self._epoch_seed, randomness.SAMPLE)
+        scope, previous = random_scopes.begin(self._epoch_seed, random_scopes.SAMPLE)
         try:
             if self.batch_size is None:
                 scope.position = self._taken
@@ -315,10 +316,10 @@ class IterableFetcher:
                 if not data or (self._drop_last and len(data) < self.batch_size):
                     raise StopIteration
         finally:
-            randomness.end(previous)
-        scope, previous = randomness.begin(self._epoch_seed, randomness.COLLATE)
+            random_scopes.end(previous)
+        scope, previous = random_scopes.begin(self._epoch_seed, random_scopes.COLLATE)
         try:
             scope.position = batch_index
             return self._collate(data)
         finally:
-            randomness.end(previous)
+            random_scopes.end(previous)

@@ -50,8 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from stoker import randomness
-from stoker.engine import segments, slots, termination, transport
+from stoker.engine import random_scopes, segments, slots, termination, transport
 from stoker.engine.messages import Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
 from stoker.profiling.memory import GrowthWatch
@@ -220,7 +219,7 @@ class WorkerPool:
             _remove_orphaned_stack_files()
             # Wrap the global RNG functions here, before forking, so each worker inherits the
             # wrapped modules instead of re-wrapping them after fork (2 ms of page copies each).
-            randomness.install()
+            random_scopes.install()
         # A spawned worker spends a few hundred ms of CPU importing; started together on a
         # few cores they would all be late. Worker 0 starts alone and the rest start, in
         # parallel, once it is ready: the first batch comes as fast as with one worker.

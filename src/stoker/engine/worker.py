@@ -14,11 +14,11 @@ the worker's CPU and the worker, which is not going to sleep, waits in the run q
 behind every other runnable process (see docs/engine.md, "Hand-offs").
 
 Seeds, in torch's order: at its first :class:`StartEpoch` a worker learns its seed (the
-epoch's base seed + its id), seeds the global generators with it (process workers), sets
-its :class:`~stoker.WorkerInfo`, and only then runs ``worker_init_fn``. The global
-generators ``worker_init_fn`` seeds are left to it from then on (see
-:func:`stoker.randomness.leave_to_user`): not reseeded at later epochs, not served from
-per-sample scopes.
+epoch's base seed + its id, derived in :mod:`stoker.seeding`), seeds the global generators
+with it (process workers), sets its :class:`~stoker.WorkerInfo`, and only then runs
+``worker_init_fn``. The global generators ``worker_init_fn`` seeds are left to it from
+then on (see ``random_scopes.leave_to_user``): not reseeded at later epochs, not served
+from per-sample scopes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import faulthandler
 import os
 import pickle
 import queue
-import random
 import signal
 import sys
 import threading
@@ -38,13 +37,10 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-import numpy as np
-
-from stoker import randomness
 from stoker._proc import pid_exists
 from stoker._worker_info import WorkerInfo, WorkerRNG, _consulted, _set_worker_info
 from stoker.collate import collate_into
-from stoker.engine import segments, slots, transport
+from stoker.engine import random_scopes, segments, slots, transport
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.messages import (
     Done,
@@ -59,6 +55,7 @@ from stoker.engine.messages import (
     WorkerSpec,
     add_note,
 )
+from stoker.seeding import _seed_worker_globals, _worker_seed
 
 __all__ = ["THREAD_ENV_VARS", "cap_threads", "process_worker_main", "run_worker"]
 
@@ -96,18 +93,6 @@ def cap_threads(threads: int) -> None:
 _GENERATOR_NAMES = {"numpy": "numpy's", "python": "Python's", "torch": "torch's"}
 
 
-def seed_worker(seed: int, skip: frozenset[str] = frozenset()) -> None:
-    """Seeds Python's ``random``, numpy's global RNG and (when loaded) torch, except ``skip``."""
-    if "python" not in skip:
-        random.seed(seed)
-    if "numpy" not in skip:
-        np.random.seed(seed % 2**32)
-    torch = sys.modules.get("torch")
-    if torch is not None and "torch" not in skip:
-        # the CPU generator only: torch.manual_seed also wakes CUDA (ms)
-        torch.default_generator.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
-
-
 def run_worker_init_fn(spec: WorkerSpec, info: WorkerInfo, owns_process: bool) -> frozenset[str]:
     """Runs ``worker_init_fn``; returns the global generators it seeded, now left to it.
 
@@ -118,11 +103,11 @@ def run_worker_init_fn(spec: WorkerSpec, info: WorkerInfo, owns_process: bool) -
     if spec.worker_init_fn is None:
         return frozenset()
     torch_was_loaded = "torch" in sys.modules
-    with randomness.seeding_watch() as seeded:
+    with random_scopes.seeding_watch() as seeded:
         spec.worker_init_fn(info.id)
     if not owns_process:
         if seeded:
-            names = [_GENERATOR_NAMES[g] for g in randomness.GENERATORS if g in seeded]
+            names = [_GENERATOR_NAMES[g] for g in random_scopes.GENERATORS if g in seeded]
             what = " and ".join(names) + (
                 " global generators" if len(names) > 1 else " global generator"
             )
@@ -136,10 +121,10 @@ def run_worker_init_fn(spec: WorkerSpec, info: WorkerInfo, owns_process: bool) -
         return frozenset()
     if not torch_was_loaded and "torch" in sys.modules:  # worker_init_fn imported torch
         if "torch" not in seeded:
-            seed_worker(info.seed, skip=frozenset({"numpy", "python"}))
+            _seed_worker_globals(info.seed, skip=frozenset({"numpy", "python"}))
         _set_worker_info(info, owns_process=True)  # torch's get_worker_info answers too
     left = frozenset(seeded)
-    randomness.leave_to_user(left)
+    random_scopes.leave_to_user(left)
     return left
 
 
@@ -211,7 +196,7 @@ class _WorkerLoop:
         """Seeds the worker for the epoch (worker_init_fn the first time); False: it failed."""
         spec, worker_id = self.spec, self.worker_id
         self.epoch, self.epoch_seed = message.epoch, message.seed
-        seed = message.seed + worker_id
+        seed = _worker_seed(message.seed, worker_id)
         rng = None if self.seed_globals else WorkerRNG.seeded(seed)
         info = WorkerInfo(
             id=worker_id, num_workers=spec.num_workers, seed=seed, dataset=spec.dataset, rng=rng,
@@ -219,7 +204,7 @@ class _WorkerLoop:
         )  # fmt: skip
         _set_worker_info(info, owns_process=self.seed_globals)
         if self.seed_globals:
-            seed_worker(seed, skip=self.left_to_user)
+            _seed_worker_globals(seed, skip=self.left_to_user)
         try:
             if not self.initialised:
                 self.initialised = True
@@ -274,7 +259,7 @@ class _WorkerLoop:
                     spec.batch_size,
                     spec.collate_fn,
                     spec.drop_last,
-                    self.epoch_seed + self.worker_id,
+                    _worker_seed(self.epoch_seed, self.worker_id),
                 )
                 if spec.iterable
                 else MapFetcher(
@@ -399,7 +384,6 @@ def _set_parent_death_signal() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-
 
 
 def process_worker_main(

@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from stoker._errors import DatasetError
-from stoker._seeding import epoch_rng
 from stoker._validate import check_choice, check_int
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
@@ -52,6 +51,7 @@ from stoker.formats._compressed import (
     open_gzip,
 )
 from stoker.formats._walk import glob_files, walk_files
+from stoker.seeding import epoch_rng
 from stoker.sharding import shard_records
 
 __all__ = ["JsonLines", "TextLines"]

@@ -9,7 +9,7 @@ Epochs
     numbers are drawn, when ``iter()`` is called, not when the first index is read.
 
 Randomness
-    ``generator=`` follows :mod:`stoker._seeding`: with ``None``, an ``int`` or a
+    ``generator=`` follows :mod:`stoker.seeding`: with ``None``, an ``int`` or a
     ``numpy.random.Generator`` a base seed is fixed at construction and the order of
     epoch ``e`` is a pure function of ``(base_seed, e)``. With a ``torch.Generator``
     the samplers that torch also has run torch's own algorithm on that generator
@@ -36,8 +36,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from stoker._seeding import derive_rng, epoch_rng, is_torch_generator, resolve_base_seed
 from stoker._validate import check_int, is_int
+from stoker.seeding import _derive_rng, _is_torch_generator, _resolve_base_seed, epoch_rng
 
 __all__ = [
     "EpochState",
@@ -144,16 +144,16 @@ class EpochState:
         self._torch_generator = None
         if not self._seeded:
             return
-        if is_torch_generator(generator):
+        if _is_torch_generator(generator):
             self._torch_generator = generator
         elif generator is not None:
-            self._base_seed = resolve_base_seed(generator)
+            self._base_seed = _resolve_base_seed(generator)
         # generator=None: the seed is drawn when first needed (the first epoch), so
         # building a sampler leaves the global random generators as it found them
 
     def _fresh_seed(self) -> int:
         """The base seed of a sampler built with ``generator=None`` (numpy's global RNG)."""
-        return resolve_base_seed(None)
+        return _resolve_base_seed(None)
 
 
     @property
@@ -193,7 +193,7 @@ class EpochState:
     def _rng(self, epoch: int) -> np.random.Generator:
         """The numpy Generator of ``epoch`` (one seed drawn from a torch.Generator)."""
         if self._torch_generator is not None:
-            return derive_rng(self._torch_generator)
+            return _derive_rng(self._torch_generator)
         seed = self._seed_now()
         if seed is None:
             msg = f"{type(self).__name__} has no randomness, yet a random generator was requested"
@@ -254,7 +254,7 @@ class EpochState:
                     "way it was saved"
                 )
                 raise ValueError(msg)
-            self._base_seed = resolve_base_seed(state_dict["seed"], argument="state_dict['seed']")
+            self._base_seed = _resolve_base_seed(state_dict["seed"], argument="state_dict['seed']")
         self._epoch = epoch
 
 

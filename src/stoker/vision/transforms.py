@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from stoker._validate import is_int
-from stoker.randomness import sample_rng
+from stoker.seeding import sample_rng
 from stoker.vision._resample import check_backend as _check_backend
 from stoker.vision._resample import resize as _resize
 from stoker.vision.decode import SizeHint
