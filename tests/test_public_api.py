@@ -23,6 +23,7 @@ MODULES = [
     "stoker.randomness",
     "stoker.samplers",
     "stoker.sharding",
+    "stoker.streams",
     "stoker.tuning",
     "stoker.vision",
 ]

@@ -60,6 +60,7 @@ from stoker.samplers import (
     WeightedRandomSampler,
 )
 from stoker.seeding_utils import seed_everything
+from stoker.streams import ShuffleBuffer
 
 __version__ = "0.1.0"
 
@@ -88,6 +89,7 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "ShmError",
+    "ShuffleBuffer",
     "StackedSamples",
     "StokerError",
     "Subset",

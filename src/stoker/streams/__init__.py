@@ -1,0 +1,14 @@
+"""Stream transforms: shuffle, bucket and mix iterable datasets, resumably.
+
+* :class:`ShuffleBuffer` (and ``shuffle_buffer=`` of :class:`~stoker.formats.text.TextLines`,
+  :class:`~stoker.formats.text.JsonLines` and :class:`~stoker.formats.tar.TarShards`):
+  a seeded, resumable shuffle buffer;
+
+See ``docs/streams.md`` for what each guarantees.
+"""
+
+from __future__ import annotations
+
+from stoker.streams.shuffle import ShuffleBuffer
+
+__all__ = ["ShuffleBuffer"]
