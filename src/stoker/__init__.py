@@ -60,7 +60,7 @@ from stoker.samplers import (
     WeightedRandomSampler,
 )
 from stoker.seeding_utils import seed_everything
-from stoker.streams import ShuffleBuffer
+from stoker.streams import BucketStream, ShuffleBuffer
 
 __version__ = "0.1.0"
 
@@ -69,6 +69,7 @@ __all__ = [
     "BatchSampler",
     "BlockShuffleSampler",
     "BucketBatchSampler",
+    "BucketStream",
     "ChainDataset",
     "CollateError",
     "ConcatDataset",

@@ -3,12 +3,14 @@
 * :class:`ShuffleBuffer` (and ``shuffle_buffer=`` of :class:`~stoker.formats.text.TextLines`,
   :class:`~stoker.formats.text.JsonLines` and :class:`~stoker.formats.tar.TarShards`):
   a seeded, resumable shuffle buffer;
+* :class:`BucketStream`: batches of samples of similar length, formed on the fly;
 
 See ``docs/streams.md`` for what each guarantees.
 """
 
 from __future__ import annotations
 
+from stoker.streams.bucketing import BucketStream
 from stoker.streams.shuffle import ShuffleBuffer
 
-__all__ = ["ShuffleBuffer"]
+__all__ = ["BucketStream", "ShuffleBuffer"]
