@@ -60,7 +60,7 @@ from stoker.samplers import (
     WeightedRandomSampler,
 )
 from stoker.seeding_utils import seed_everything
-from stoker.streams import BucketStream, ShuffleBuffer
+from stoker.streams import BucketStream, Mix, ShuffleBuffer, mix
 
 __version__ = "0.1.0"
 
@@ -83,6 +83,7 @@ __all__ = [
     "LoaderStats",
     "MapDataset",
     "MissingExtraError",
+    "Mix",
     "PackedFormatError",
     "PadCollate",
     "RaggedCollate",
@@ -106,6 +107,7 @@ __all__ = [
     "default_convert",
     "get_worker_info",
     "is_iterable_dataset",
+    "mix",
     "pad_collate",
     "profile",
     "random_split",
