@@ -55,6 +55,10 @@ def check_shard(owner: str, state: Mapping[str, Any], rank: int | None, world_si
         raise ValueError(msg)
 
 
+class _Cursor:
+    __slots__ = ("read",)
+
+
 class RecordStream:
     """Reading by record positions; mixed into the file readers (see the module docs)."""
 
@@ -81,8 +85,14 @@ class RecordStream:
         raise NotImplementedError
 
     # -- reading by positions ----------------------------------------------------------
-    def _positioned(self, after: Position | None = None) -> Iterator[tuple[Position, Any]]:
-        """``(position, sample)`` of this shard's records, starting after ``after``."""
+    def _positioned(
+        self, after: Position | None = None, live: Any = None, keyed: bool = True
+    ) -> Iterator[Any]:
+        """``(position, sample)`` of this shard's records, starting after ``after``.
+
+        With ``live``, each record's position is also set as ``live.read`` before it is
+        yielded; with ``keyed=False`` the samples come alone (one generator, no pairs).
+        """
         shard = shard_for_worker(self._record_order(), rank=self.rank, world_size=self.world_size)
         items, stride = shard.items, shard.record_stride
         start_k, first = 0, shard.record_offset
@@ -95,6 +105,7 @@ class RecordStream:
                 raise ValueError(msg)
             start_k, first = items.index(after[0]), after[1] + stride
         skip = self._skip_marker
+        live = _Cursor() if live is None else live
         for k in range(start_k, len(items)):
             file_index = items[k]
             records = self._open_records(file_index)
@@ -103,7 +114,8 @@ class RecordStream:
                 for r, raw in itertools.islice(enumerate(records), start, None, stride):
                     value = self._finish_record(raw)
                     if value is not skip:
-                        yield (file_index, r), value
+                        live.read = position = (file_index, r)
+                        yield (position, value) if keyed else value
             finally:
                 _closing(records)
 
@@ -134,6 +146,11 @@ class RecordStream:
         return [found[p] for p in positions]
 
     # -- iteration and state -------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_live"] = None  # a running iteration stays with the process that runs it
+        return state
+
     def __iter__(self) -> Iterator[Any]:
         from stoker.streams.shuffle import iterate_reader
 

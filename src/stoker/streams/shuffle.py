@@ -88,12 +88,6 @@ class _Live:
         }
 
 
-def _tracked(source: Iterator[tuple[Any, Any]], live: _Live) -> Iterator[tuple[Any, Any]]:
-    for key, sample in source:
-        live.read = key
-        yield key, sample
-
-
 def _shuffled(source: Iterator[tuple[Any, Any]], size: int, live: _Live) -> Iterator[Any]:
     """Fill the buffer to ``size``, yield a random entry, repeat; drain it at the end."""
     buffer, rng, exhausted = live.buffer, live.rng, False
@@ -108,11 +102,6 @@ def _shuffled(source: Iterator[tuple[Any, Any]], size: int, live: _Live) -> Iter
         j = int(rng.integers(len(buffer)))
         buffer[j], buffer[-1] = buffer[-1], buffer[j]
         yield buffer.pop()[1]
-
-
-def _in_order(source: Iterator[tuple[Any, Any]]) -> Iterator[Any]:
-    for _, sample in source:
-        yield sample
 
 
 def _positions(state: Mapping[str, Any], name: str) -> list[Position]:
@@ -136,8 +125,9 @@ def _start_positioned(
     if size is not None and rng is None:
         rng = buffer_rng(seed, stream.seed, epoch, shard[0])
     live = _Live(epoch, shard, rng, buffer, after)
-    source = _tracked(stream._positioned(after), live)
-    return live, (_in_order(source) if size is None else _shuffled(source, size, live))
+    if size is None:
+        return live, stream._positioned(after, live, keyed=False)
+    return live, _shuffled(stream._positioned(after, live), size, live)
 
 
 def iterate_reader(reader: RecordStream, resume: Mapping[str, Any] | None) -> Iterator[Any]:
