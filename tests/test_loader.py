@@ -256,8 +256,9 @@ def test_iterable_dataset_rejects_order_options(option) -> None:
         DataLoader(Stream(3), **option)
     assert str(caught.value) == (
         f"DataLoader with IterableDataset: expected unspecified {name} option, but got {name}={value!r}. "
-        "The dataset's own iterator decides the order: shuffle inside it (for example with a shuffle "
-        "buffer), or use a map-style dataset."
+        "The dataset's own iterator decides the order: shuffle inside it (stoker's readers take "
+        "shuffle_buffer=N, and stoker.ShuffleBuffer(dataset, size) wraps any iterable dataset), or use "
+        "a map-style dataset."
     )
 
 

@@ -23,6 +23,7 @@ MODULES = [
     "stoker.samplers",
     "stoker.seeding",
     "stoker.sharding",
+    "stoker.streams",
     "stoker.tuning",
     "stoker.vision",
 ]

@@ -59,6 +59,7 @@ from stoker.samplers import (
     WeightedRandomSampler,
 )
 from stoker.seeding import sample_rng, seed_everything
+from stoker.streams import BucketStream, Mix, ShuffleBuffer, mix
 
 __version__ = "0.1.0"
 
@@ -67,6 +68,7 @@ __all__ = [
     "BatchSampler",
     "BlockShuffleSampler",
     "BucketBatchSampler",
+    "BucketStream",
     "ChainDataset",
     "CollateError",
     "ConcatDataset",
@@ -80,6 +82,7 @@ __all__ = [
     "LoaderStats",
     "MapDataset",
     "MissingExtraError",
+    "Mix",
     "PackedFormatError",
     "PadCollate",
     "RaggedCollate",
@@ -87,6 +90,7 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "ShmError",
+    "ShuffleBuffer",
     "StackedSamples",
     "StokerError",
     "Subset",
@@ -102,6 +106,7 @@ __all__ = [
     "default_convert",
     "get_worker_info",
     "is_iterable_dataset",
+    "mix",
     "pad_collate",
     "profile",
     "random_split",

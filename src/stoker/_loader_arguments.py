@@ -145,7 +145,8 @@ def check_arguments(
                 msg = (
                     f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
                     f"{name}={value!r}. The dataset's own iterator decides the order: shuffle inside it "
-                    "(for example with a shuffle buffer), or use a map-style dataset."
+                    "(stoker's readers take shuffle_buffer=N, and stoker.ShuffleBuffer(dataset, size) wraps any "
+                    "iterable dataset), or use a map-style dataset."
                 )
                 raise ValueError(msg)
     else:

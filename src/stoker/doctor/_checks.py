@@ -474,7 +474,7 @@ def _check_stream_order(ctx: Context, loader: Any, first: list[Any]) -> None:
     if [fingerprint(b) for b in first] == [fingerprint(b) for b in second]:
         ctx.add("shuffle", WARN, (
             "the stream yields the same batches in the same order every epoch: shuffle per epoch "
-            "(set_epoch with shuffle_files / shuffle_shards, or a shuffle buffer)"
+            "(set_epoch with shuffle_files / shuffle_shards, or shuffle_buffer=N / stoker.ShuffleBuffer)"
         ), changes=False)  # fmt: skip
     else:
         ctx.add(

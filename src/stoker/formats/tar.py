@@ -54,7 +54,7 @@ from stoker.formats.text import (
     _file_order,
     _resolve_files,
 )
-from stoker.sharding import shard_records
+from stoker.streams._records import RecordStream
 from stoker.vision.decode import PILLOW_LIMIT, MaxPixels, check_max_pixels, decode_image
 
 __all__ = ["DEFAULT_MAX_MEMBER_BYTES", "TarShards", "default_decoders", "write_tar_shards"]
@@ -192,7 +192,7 @@ def _resolve_shards(urls_or_paths: Any) -> StringArray:
     )
 
 
-class TarShards(IterableDataset[dict[str, Any]]):
+class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
     """Samples from WebDataset-style tar shards, streamed and split over ranks and workers.
 
     Args:
@@ -228,6 +228,9 @@ class TarShards(IterableDataset[dict[str, Any]]):
         seed: seeds that shuffle.
         rank, world_size: fix the distributed topology instead of finding it when
             iteration starts.
+        shuffle_buffer: shuffle the samples through a buffer of this many (see
+            :mod:`stoker.streams`): seeded from the loader's epoch seed (from ``seed``
+            outside a loader), resumable with :meth:`state_dict`.
 
     Attributes:
         shards: the shard paths or URLs, as a :class:`~stoker.compact.StringArray`.
@@ -255,6 +258,7 @@ class TarShards(IterableDataset[dict[str, Any]]):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        shuffle_buffer: int | None = None,
     ) -> None:
         if not (on_error in ("raise", "skip") or callable(on_error)):
             msg = f"on_error must be 'raise', 'skip' or a handler f(exc) -> bool, got {on_error!r}"
@@ -271,19 +275,23 @@ class TarShards(IterableDataset[dict[str, Any]]):
         self.world_size = world_size
         self.epoch = 0
         self.skipped = 0
+        self._init_stream(shuffle_buffer)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose shard order the next iteration uses (with ``shuffle_shards``)."""
         self.epoch = check_int("epoch", epoch)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        order = _file_order(len(self.shards), self.shuffle_shards, self.seed, self.epoch)
-        for sample in shard_records(
-            order, self._read_shard, rank=self.rank, world_size=self.world_size
-        ):
-            decoded = self._decode(sample)
-            if decoded is not _SKIPPED:
-                yield decoded
+    # record positions, state_dict and shuffle_buffer: stoker.streams._records.RecordStream
+    _skip_marker = _SKIPPED
+
+    def _record_order(self) -> list[int]:
+        return _file_order(len(self.shards), self.shuffle_shards, self.seed, self.epoch)
+
+    def _open_records(self, shard_index: int) -> Iterator[dict[str, Any] | BadSample]:
+        return self._read_shard(shard_index)
+
+    def _finish_record(self, raw: dict[str, Any] | BadSample) -> Any:
+        return self._decode(raw)
 
     def _read_shard(self, shard_index: int) -> Iterator[dict[str, Any] | BadSample]:
         url = self.shards[shard_index]

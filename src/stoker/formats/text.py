@@ -52,7 +52,7 @@ from stoker.formats._compressed import (
 )
 from stoker.formats._walk import glob_files, walk_files
 from stoker.seeding import epoch_rng
-from stoker.sharding import shard_records
+from stoker.streams._records import RecordStream
 
 __all__ = ["JsonLines", "TextLines"]
 
@@ -187,10 +187,11 @@ def _note(exc: BaseException, text: str) -> None:
         add_note(text)
 
 
-class _LineFiles(IterableDataset[Any]):
+class _LineFiles(RecordStream, IterableDataset[Any]):
     """What TextLines and JsonLines share: files, sharding, epochs, bad-record policy."""
 
     _suffixes: tuple[str, ...] | None = None
+    _skip_marker = _SKIPPED
 
     def __init__(
         self,
@@ -204,6 +205,7 @@ class _LineFiles(IterableDataset[Any]):
         seed: int,
         rank: int | None,
         world_size: int | None,
+        shuffle_buffer: int | None = None,
     ) -> None:
         owner = type(self).__name__
         if transform is not None and not callable(transform):
@@ -223,6 +225,7 @@ class _LineFiles(IterableDataset[Any]):
         self.world_size = world_size
         self.epoch = 0
         self.skipped = 0
+        self._init_stream(shuffle_buffer)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose file order the next iteration uses (with ``shuffle_files``)."""
@@ -236,13 +239,15 @@ class _LineFiles(IterableDataset[Any]):
             for i in _file_order(len(self.files), self.shuffle_files, self.seed, epoch)
         ]
 
-    def __iter__(self) -> Iterator[Any]:
-        order = _file_order(len(self.files), self.shuffle_files, self.seed, self.epoch)
-        records = shard_records(order, self._read_file, rank=self.rank, world_size=self.world_size)
-        for file_index, line_number, text in records:
-            value = self._record(file_index, line_number, text)
-            if value is not _SKIPPED:
-                yield value
+    # record positions, state_dict and shuffle_buffer: stoker.streams._records.RecordStream
+    def _record_order(self) -> list[int]:
+        return _file_order(len(self.files), self.shuffle_files, self.seed, self.epoch)
+
+    def _open_records(self, file_index: int) -> Iterator[tuple[int, int, str]]:
+        return self._read_file(file_index)
+
+    def _finish_record(self, raw: tuple[int, int, str]) -> Any:
+        return self._record(*raw)
 
     # -- reading -------------------------------------------------------------------
     def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:
@@ -346,6 +351,9 @@ class TextLines(_LineFiles):
         seed: seeds that shuffle.
         rank, world_size: fix the distributed topology instead of finding it when
             iteration starts (``torch.distributed``, then ``RANK`` / ``WORLD_SIZE``).
+        shuffle_buffer: shuffle the records through a buffer of this many (see
+            :mod:`stoker.streams`): seeded from the loader's epoch seed (from ``seed``
+            outside a loader), resumable with :meth:`state_dict`.
 
     Attributes:
         files: the paths, as a :class:`~stoker.compact.StringArray`.
@@ -375,6 +383,7 @@ class TextLines(_LineFiles):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        shuffle_buffer: int | None = None,
     ) -> None:
         super().__init__(
             files,
@@ -386,6 +395,7 @@ class TextLines(_LineFiles):
             seed=seed,
             rank=rank,
             world_size=world_size,
+            shuffle_buffer=shuffle_buffer,
         )
         self.strip = bool(strip)
         self.skip_empty = bool(skip_empty)
@@ -419,6 +429,9 @@ class JsonLines(_LineFiles):
         shuffle_files: shuffle the file order every epoch (see :meth:`set_epoch`).
         seed: seeds that shuffle.
         rank, world_size: fix the distributed topology (see :class:`TextLines`).
+        shuffle_buffer: shuffle the records through a buffer of this many (see
+            :mod:`stoker.streams`): seeded from the loader's epoch seed (from ``seed``
+            outside a loader), resumable with :meth:`state_dict`.
 
     Attributes:
         files: the paths, as a :class:`~stoker.compact.StringArray`.
@@ -449,6 +462,7 @@ class JsonLines(_LineFiles):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        shuffle_buffer: int | None = None,
     ) -> None:
         super().__init__(
             files,
@@ -460,6 +474,7 @@ class JsonLines(_LineFiles):
             seed=seed,
             rank=rank,
             world_size=world_size,
+            shuffle_buffer=shuffle_buffer,
         )
 
     def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:

@@ -1,0 +1,289 @@
+"""Weighted mixing of datasets: :func:`mix` and :class:`Mix`.
+
+The sources are interleaved by a deterministic schedule, not by random draws: at every
+step each active source's *credit* grows by its weight (weights are normalised to sum to
+1) and the source with the most credit is drawn, its credit falling by 1 (a smooth
+weighted round-robin). So proportions are exact over short spans, not just on average:
+
+* after any ``n`` draws, source ``i`` has been drawn ``c_i`` times with
+  ``|c_i - n * w_i| < 1``;
+* hence in every window of ``W`` consecutive draws it is drawn ``W * w_i`` times
+  give or take less than 2, and with two sources less than 1 (each window count is
+  ``floor(W * w_i)`` or ``ceil(W * w_i)``).
+
+``seed`` only breaks ties (which of equally credited sources goes first), differently
+each epoch; the bounds hold for every seed.
+
+When a source runs out (``on_exhausted``):
+
+* ``"stop"`` (default): the mix ends there;
+* ``"restart"``: that source starts over (``iter()`` again) and the mix goes on until
+  every source has run out at least once (small sources are oversampled to keep their
+  weight);
+* ``"drop"``: that source leaves the mix, the weights of the others are normalised again
+  and their schedule starts afresh (the bounds hold within each such phase); the mix ends
+  when every source has run out.
+
+Map-style sources (``__getitem__`` and ``__len__``) are read in index order, or in the
+order of the ``sampler`` given with them as a ``(dataset, sampler)`` pair. Iterable
+sources shard themselves over ranks and workers (stoker's readers do); a map-style
+source is split by index position: the shard ``s`` of ``S`` (rank x worker) reads the
+positions ``s, s + S, ...``. So with workers each worker mixes its own shard of every
+source, and the proportions hold for each worker's output.
+
+``state_dict()`` holds the schedule (its step and credits) and each source's position:
+an iterable source's own ``state_dict()`` (stoker's readers and :class:`ShuffleBuffer`
+have one), a map-style source's count of samples read. Loading it resumes exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from stoker._validate import check_choice, check_int, check_optional_int
+from stoker.datasets import IterableDataset, is_iterable_dataset
+from stoker.seeding import epoch_rng
+from stoker.sharding import current_shard
+from stoker.streams._records import check_stream_state
+
+__all__ = ["Mix", "mix"]
+
+_ON_EXHAUSTED = ("stop", "restart", "drop")
+_KIND = "stoker.mix"
+_END = object()
+
+
+class _Schedule:
+    """The smooth weighted round-robin over the active sources."""
+
+    def __init__(self, weights: Sequence[float], ties: list[int]) -> None:
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.active = [True] * len(weights)
+        self.credit = [0.0] * len(weights)
+        self.ties = ties  # tie-break rank of each source (lower goes first)
+        self.step = 0
+        self._normalise()
+
+    def _normalise(self) -> None:
+        total = float(sum(w for w, a in zip(self.weights, self.active, strict=True) if a))
+        self.share = [float(w) / total if a else 0.0 for w, a in zip(self.weights, self.active, strict=True)]
+
+    def next(self) -> int:
+        best = -1
+        for i, share in enumerate(self.share):
+            if not self.active[i]:
+                continue
+            self.credit[i] += share
+            if best < 0 or (self.credit[i], -self.ties[i]) > (self.credit[best], -self.ties[best]):
+                best = i
+        self.credit[best] -= 1.0
+        self.step += 1
+        return best
+
+    def drop(self, i: int) -> None:
+        self.active[i] = False
+        self.credit = [0.0] * len(self.credit)
+        self._normalise()
+
+
+class _Source:
+    """One source as the mix reads it: an iterator and a way to save and restore its place."""
+
+    def __init__(self, dataset: Any, sampler: Any, shard: tuple[int, int]) -> None:
+        self.dataset, self.sampler, self.shard = dataset, sampler, shard
+        self.iterable = is_iterable_dataset(dataset) or not (
+            hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+        )
+        self.taken = 0
+        self.iterator: Iterator[Any] | None = None
+
+    def _indices(self) -> list[Any]:
+        order = list(self.sampler) if self.sampler is not None else range(len(self.dataset))
+        index, count = self.shard
+        return list(order[index::count])
+
+    def start(self, state: Any = None) -> None:
+        if self.iterable:
+            if state is not None:
+                self.dataset.load_state_dict(state)
+            self.iterator = iter(self.dataset)
+            return
+        self.taken = 0 if state is None else int(state)
+        indices = self._indices()[self.taken :]
+        self.iterator = (self.dataset[i] for i in indices)
+
+    def next(self) -> Any:
+        assert self.iterator is not None
+        value = next(self.iterator, _END)
+        if value is not _END:
+            self.taken += 1
+        return value
+
+    def state(self) -> Any:
+        if not self.iterable:
+            return self.taken
+        save = getattr(self.dataset, "state_dict", None)
+        if not callable(save):
+            msg = (
+                f"Mix cannot save a mid-epoch state: its source {type(self.dataset).__name__} has no "
+                "state_dict / load_state_dict. Use stoker's readers or give it those methods."
+            )
+            raise TypeError(msg)
+        return save()
+
+
+class Mix(IterableDataset[Any]):
+    """Interleaves datasets in fixed proportions, deterministically and resumably.
+
+    Build it with :func:`mix`; see the module docs for the schedule's bounds, the
+    exhaustion policies, workers and resuming.
+
+    Example:
+        >>> mixed = Mix([["a"] * 6, ["b"] * 6], weights=[2, 1])
+        >>> "".join(mixed)
+        'abaabaaba'
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Sequence[float] | None = None,
+        *,
+        seed: int | None = None,
+        on_exhausted: str = "stop",
+    ) -> None:
+        sources = list(datasets)
+        if not sources:
+            raise ValueError("Mix needs at least one dataset")
+        weights = [1.0] * len(sources) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(sources) or any(not w > 0 or w != w or w == float("inf") for w in weights):
+            msg = (
+                f"weights must be one positive, finite number per dataset ({len(sources)}), "
+                f"got {weights!r}"
+            )
+            raise ValueError(msg)
+        self.datasets: list[Any] = []
+        self.samplers: list[Any] = []
+        for source in sources:
+            dataset, sampler = source if isinstance(source, tuple) else (source, None)
+            self.datasets.append(dataset)
+            self.samplers.append(sampler)
+        self.weights = weights
+        self.seed = check_optional_int("seed", seed)
+        self.on_exhausted = check_choice("on_exhausted", on_exhausted, _ON_EXHAUSTED)
+        self.epoch = 0
+        self._resume: dict[str, Any] | None = None
+        self._live: tuple[_Schedule, list[_Source], list[bool]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch, and passes it to every source (and sampler) that takes one."""
+        self.epoch = check_int("epoch", epoch)
+        for part in (*self.datasets, *self.samplers):
+            set_epoch = getattr(part, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
+
+    def _ties(self) -> list[int]:
+        if self.seed is None:
+            return list(range(len(self.datasets)))
+        return epoch_rng(self.seed, self.epoch).permutation(len(self.datasets)).tolist()
+
+    def __iter__(self) -> Iterator[Any]:
+        resume, self._resume = self._resume, None
+        shard = current_shard()
+        schedule = _Schedule(self.weights, self._ties())
+        sources = [_Source(d, s, shard) for d, s in zip(self.datasets, self.samplers, strict=True)]
+        ran_out = [False] * len(sources)
+        if resume is not None:
+            if list(resume["shard"]) != list(shard):
+                msg = (
+                    f"Mix: this state was saved by shard {resume['shard']} (rank x worker) and is "
+                    f"loaded in shard {list(shard)}; resume with the same ranks and workers"
+                )
+                raise ValueError(msg)
+            schedule.step = int(resume["step"])
+            schedule.credit = [float(c) for c in resume["credit"]]
+            schedule.active = [bool(a) for a in resume["active"]]
+            schedule._normalise()
+            ran_out = [bool(r) for r in resume["ran_out"]]
+        for i, source in enumerate(sources):
+            source.start(None if resume is None else resume["sources"][i])
+        self._live = (schedule, sources, ran_out)
+        return self._draws(schedule, sources, ran_out)
+
+    def _draws(self, schedule: _Schedule, sources: list[_Source], ran_out: list[bool]) -> Iterator[Any]:
+        while any(schedule.active):
+            i = schedule.next()
+            value = sources[i].next()
+            while value is _END:
+                ran_out[i] = True
+                if self.on_exhausted == "stop" or (self.on_exhausted == "restart" and all(ran_out)):
+                    return
+                if self.on_exhausted == "restart":
+                    sources[i].start()
+                    value = sources[i].next()
+                    if value is _END:
+                        msg = f"Mix: source {i} ({type(sources[i].dataset).__name__}) is empty"
+                        raise ValueError(msg)
+                    break
+                schedule.drop(i)  # "drop"
+                if not any(schedule.active):
+                    return
+                i = schedule.next()
+                value = sources[i].next()
+            yield value
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule's place and each source's position, to resume exactly."""
+        if self._live is None:
+            if self._resume is not None:
+                return dict(self._resume)
+            msg = "Mix.state_dict() describes a running iteration; start iterating first"
+            raise ValueError(msg)
+        schedule, sources, ran_out = self._live
+        return {
+            "kind": _KIND,
+            "epoch": self.epoch,
+            "shard": list(sources[0].shard),
+            "step": schedule.step,
+            "credit": list(schedule.credit),
+            "active": list(schedule.active),
+            "ran_out": list(ran_out),
+            "sources": [s.state() for s in sources],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood."""
+        state = check_stream_state("Mix", state, _KIND)
+        self.set_epoch(int(state["epoch"]))
+        self._resume = state
+
+    def __repr__(self) -> str:
+        names = ", ".join(type(d).__name__ for d in self.datasets)
+        return f"Mix([{names}], weights={self.weights}, on_exhausted={self.on_exhausted!r})"
+
+
+def mix(
+    datasets: Sequence[Any],
+    weights: Sequence[float] | None = None,
+    *,
+    seed: int | None = None,
+    on_exhausted: str = "stop",
+) -> Mix:
+    """Interleaves ``datasets`` in the proportions ``weights`` (see :class:`Mix`).
+
+    Args:
+        datasets: iterable datasets, map-style datasets, or ``(map_dataset, sampler)``
+            pairs (the sampler gives the order of the indices).
+        weights: one positive number per dataset (normalised); default equal weights.
+        seed: decides which of equally credited sources is drawn first, per epoch.
+        on_exhausted: ``"stop"``, ``"restart"`` or ``"drop"`` (see the module docs).
+
+    Example:
+        >>> "".join(mix([["a"] * 3, ["b"] * 3]))
+        'ababab'
+    """
+    return Mix(datasets, weights, seed=seed, on_exhausted=on_exhausted)

@@ -1,0 +1,260 @@
+"""A shuffle buffer for streams: :class:`ShuffleBuffer`, and ``shuffle_buffer=`` of the readers.
+
+A stream cannot be permuted as a whole, so a buffer of ``size`` samples is filled from it;
+each step yields a random sample of the buffer and refills its place with the next one.
+Every sample of the stream is yielded exactly once per epoch. A sample can come out any
+number of places later than in the stream, but at most ``size - 1`` places earlier: the
+larger the buffer, the better the mix; a buffer as large as the stream is a full shuffle.
+
+Seeding: an explicit ``seed`` gives the same order for ``(seed, epoch, shard)`` whatever
+loader iterates the stream. With ``seed=None`` the buffer draws from the epoch seed of the
+:class:`stoker.DataLoader` that iterates it (so ``DataLoader(generator=...)`` or the loader's
+seed decides it, as it decides a map-style shuffle), and from ``(0, epoch)`` outside a loader
+(the readers' ``shuffle_buffer`` use their own ``seed`` there). Every epoch differs (call
+``set_epoch``; the loader does). The *shard* is the ``(rank, worker)`` pair: each worker
+buffers its own part of the stream (see :mod:`stoker.sharding`), so the order the loader
+delivers depends on the number of workers and ranks, except in one case: when each file is
+read whole by one worker and the worker count is the same, which is the usual one. Only the
+same seed, epoch, files and topology reproduce an order exactly.
+
+Resuming: ``state_dict()`` stores *positions*, not samples, when the stream is one of
+stoker's readers: the position (file index, record index) of the last record read and
+those of the records waiting in the buffer, plus the random generator's state. Loading it
+re-reads the buffered records (one pass per file, skipping to each one without decoding
+the others) and continues the stream after the last record read, so the resumed run yields
+exactly what the uninterrupted run would have. Over any other iterable dataset the buffer
+stores its samples themselves (they must pickle), plus that dataset's own ``state_dict()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from stoker._validate import check_int, check_optional_int
+from stoker.datasets import IterableDataset, is_iterable_dataset
+from stoker.engine.random_scopes import current_scope
+from stoker.seeding import epoch_rng
+from stoker.sharding import current_shard
+from stoker.streams._records import (
+    STATE_KIND,
+    Position,
+    RecordStream,
+    check_shard,
+    check_stream_state,
+)
+
+__all__ = ["ShuffleBuffer"]
+
+_BUFFER_KIND = "stoker.shuffle_buffer"
+
+
+def buffer_rng(seed: int | None, fallback: int, epoch: int, shard: int) -> np.random.Generator:
+    """The buffer's generator: ``seed``, else the loader's epoch seed, else ``fallback``."""
+    scope = current_scope()
+    if seed is not None:
+        base = seed
+    elif scope is not None:
+        base = scope.key  # the epoch seed of the loader (and worker) iterating the stream
+    else:
+        base = fallback
+    return epoch_rng(base, epoch, shard)
+
+
+def _restored_rng(state: Mapping[str, Any]) -> np.random.Generator:
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = dict(state)
+    return rng
+
+
+class _Live:
+    """What one iteration holds: buffer, generator, last record read (the state's source)."""
+
+    __slots__ = ("buffer", "epoch", "read", "rng", "shard")
+
+    def __init__(self, epoch: int, shard: tuple[int, int], rng: Any, buffer: list[Any], read: Any):
+        self.epoch, self.shard, self.rng, self.buffer, self.read = epoch, shard, rng, buffer, read
+
+    def positions_state(self) -> dict[str, Any]:
+        return {
+            "kind": STATE_KIND,
+            "epoch": self.epoch,
+            "shard": list(self.shard),
+            "read": None if self.read is None else list(self.read),
+            "buffer": [list(p) for p, _ in self.buffer],
+            "rng": None if self.rng is None else self.rng.bit_generator.state,
+        }
+
+
+def _shuffled(source: Iterator[tuple[Any, Any]], size: int, live: _Live) -> Iterator[Any]:
+    """Fill the buffer to ``size``, yield a random entry, repeat; drain it at the end."""
+    buffer, rng, exhausted = live.buffer, live.rng, False
+    while True:
+        while not exhausted and len(buffer) < size:
+            try:
+                buffer.append(next(source))
+            except StopIteration:
+                exhausted = True
+        if not buffer:
+            return
+        j = int(rng.integers(len(buffer)))
+        buffer[j], buffer[-1] = buffer[-1], buffer[j]
+        yield buffer.pop()[1]
+
+
+def _positions(state: Mapping[str, Any], name: str) -> list[Position]:
+    return [(int(f), int(r)) for f, r in state[name]]
+
+
+def _start_positioned(
+    stream: RecordStream, size: int | None, seed: int | None, epoch: int, resume: Any, owner: str
+) -> tuple[_Live, Iterator[Any]]:
+    """Starts (or resumes) a position-keyed iteration of a reader, buffered or not."""
+    shard = current_shard(rank=stream.rank, world_size=stream.world_size)
+    after: Position | None = None
+    rng, buffer = None, []
+    if resume is not None:
+        check_shard(owner, resume, stream.rank, stream.world_size)
+        after = None if resume["read"] is None else (int(resume["read"][0]), int(resume["read"][1]))
+        if resume.get("rng") is not None:
+            rng = _restored_rng(resume["rng"])
+        positions = _positions(resume, "buffer")
+        buffer = list(zip(positions, stream._read_positions(positions), strict=True))
+    if size is not None and rng is None:
+        rng = buffer_rng(seed, stream.seed, epoch, shard[0])
+    live = _Live(epoch, shard, rng, buffer, after)
+    if size is None:
+        return live, stream._positioned(after, live, keyed=False)
+    return live, _shuffled(stream._positioned(after, live), size, live)
+
+
+def iterate_reader(reader: RecordStream, resume: Mapping[str, Any] | None) -> Iterator[Any]:
+    """A reader's ``__iter__``: position-keyed, through its shuffle buffer if it has one."""
+    owner = type(reader).__name__
+    reader._live, iterator = _start_positioned(
+        reader, reader.shuffle_buffer, None, reader.epoch, resume, owner
+    )
+    return iterator
+
+
+def reader_state(reader: RecordStream) -> dict[str, Any]:
+    """A reader's ``state_dict()``: its live iteration's, else the state still to be loaded."""
+    if reader._live is not None:
+        return reader._live.positions_state()
+    if reader._resume is not None:
+        return dict(reader._resume)
+    shard = current_shard(rank=reader.rank, world_size=reader.world_size)
+    return _Live(reader.epoch, shard, None, [], None).positions_state()
+
+
+class ShuffleBuffer(IterableDataset[Any]):
+    """Shuffles any iterable dataset through a buffer of ``size`` samples, resumably.
+
+    Each step yields a random sample of the buffer and puts the stream's next sample in
+    its place, so every sample is yielded exactly once per epoch. See the module docs for
+    what the order depends on and how a state is stored.
+
+    Args:
+        dataset: an iterable dataset: one of stoker's readers (its state is then kept as
+            record positions) or any other (its samples are stored in the state, and it
+            needs ``state_dict`` / ``load_state_dict`` for a mid-epoch state).
+        size: the number of samples buffered (memory grows with it).
+        seed: fixes the order for ``(seed, epoch, shard)``; ``None`` follows the epoch seed
+            of the :class:`stoker.DataLoader` iterating it (0 outside a loader).
+
+    Example:
+        >>> from stoker import DataLoader, IterableDataset
+        >>> class Numbers(IterableDataset):
+        ...     def __iter__(self):
+        ...         return iter(range(10))
+        >>> shuffled = ShuffleBuffer(Numbers(), size=4, seed=1)
+        >>> sorted(DataLoader(shuffled, batch_size=None)) == list(range(10))
+        True
+    """
+
+    def __init__(self, dataset: Any, size: int, *, seed: int | None = None) -> None:
+        if not is_iterable_dataset(dataset) and not hasattr(dataset, "__iter__"):
+            msg = f"ShuffleBuffer wraps an iterable dataset (with __iter__), got {type(dataset).__name__}"
+            raise TypeError(msg)
+        self.dataset = dataset
+        self.size = check_int("size", size, minimum=1)
+        self.seed = check_optional_int("seed", seed)
+        self.epoch = 0
+        self._resume: dict[str, Any] | None = None
+        self._live: _Live | None = None
+        self._samples = False  # the live iteration stores samples, not positions
+
+    def _by_position(self) -> bool:
+        return isinstance(self.dataset, RecordStream) and self.dataset.shuffle_buffer is None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch the next iteration shuffles for (and passes it to the dataset)."""
+        self.epoch = check_int("epoch", epoch)
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        resume, self._resume = self._resume, None
+        if self._by_position():
+            self._samples = False
+            self._live, iterator = _start_positioned(
+                self.dataset, self.size, self.seed, self.epoch, resume, "ShuffleBuffer"
+            )
+            return iterator
+        self._samples = True
+        rank, world = getattr(self.dataset, "rank", None), getattr(self.dataset, "world_size", None)
+        shard = current_shard(rank=rank, world_size=world)
+        rng, buffer = None, []
+        if resume is not None:
+            check_shard("ShuffleBuffer", resume, rank, world)
+            if resume.get("inner") is not None:
+                self.dataset.load_state_dict(resume["inner"])
+            rng = _restored_rng(resume["rng"]) if resume.get("rng") is not None else None
+            buffer = [(None, s) for s in resume["samples"]]
+        if rng is None:
+            rng = buffer_rng(self.seed, 0, self.epoch, shard[0])
+        live = self._live = _Live(self.epoch, shard, rng, buffer, None)
+        source = ((None, s) for s in iter(self.dataset))
+        return _shuffled(source, self.size, live)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the shuffled stream stands, to resume it exactly (see the module docs)."""
+        live = self._live
+        if live is None:
+            if self._resume is not None:
+                return dict(self._resume)
+            rank = getattr(self.dataset, "rank", None)
+            world = getattr(self.dataset, "world_size", None)
+            live = _Live(self.epoch, current_shard(rank=rank, world_size=world), None, [], None)
+            self._samples = not self._by_position()
+        if not self._samples:
+            return live.positions_state()
+        inner_state = getattr(self.dataset, "state_dict", None)
+        if not callable(inner_state):
+            msg = (
+                f"ShuffleBuffer cannot save a mid-epoch state: {type(self.dataset).__name__} has no "
+                "state_dict / load_state_dict to resume its stream from. Give it those methods, "
+                "or save at an epoch boundary."
+            )
+            raise TypeError(msg)
+        return {
+            "kind": _BUFFER_KIND,
+            "epoch": live.epoch,
+            "shard": list(live.shard),
+            "samples": [s for _, s in live.buffer],
+            "inner": inner_state(),
+            "rng": None if live.rng is None else live.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood."""
+        kind = STATE_KIND if self._by_position() else _BUFFER_KIND
+        state = check_stream_state("ShuffleBuffer", state, kind)
+        self.set_epoch(int(state["epoch"]))
+        self._resume = state
+
+    def __repr__(self) -> str:
+        return f"ShuffleBuffer({self.dataset!r}, size={self.size}, seed={self.seed})"
