@@ -41,6 +41,15 @@ class Progress:
     floor: int = 0
     ahead: set[int] = field(default_factory=set)
     recent: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=_RECENT))
+    # An iterable dataset read by workers: each worker's stream state after the last batch of
+    # it handed out, the worker whose batch comes next in the rotation, and what to undo to
+    # take deliveries back. ``resume_streams``: the states the workers load at the start.
+    streams: dict[int, Any] = field(default_factory=dict)
+    next_worker: int = 0
+    resume_streams: dict[int, Any] = field(default_factory=dict)
+    recent_streams: collections.deque[tuple[int, Any, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=_RECENT)
+    )
 
     def deliver(self, batch_index: int) -> None:
         """Records that the batch at ``batch_index`` was handed out."""
@@ -53,6 +62,24 @@ class Progress:
                 self.floor += 1
         elif batch_index > self.floor:
             self.ahead.add(batch_index)
+
+    def deliver_stream(self, worker_id: int, state: Any, num_workers: int) -> None:
+        """Records that a batch of ``worker_id``'s stream, ``state`` after it, was handed out."""
+        self.recent_streams.append((worker_id, self.streams.get(worker_id), self.next_worker))
+        self.streams[worker_id] = state
+        self.next_worker = (worker_id + 1) % num_workers
+
+    def stream_resumable(self, held: int = 0) -> tuple[dict[int, Any], int]:
+        """``(streams, next_worker)`` as if the last ``held`` deliveries had not happened."""
+        streams, next_worker = dict(self.streams), self.next_worker
+        undo = list(self.recent_streams)[len(self.recent_streams) - held :] if held else []
+        for worker_id, before, next_before in reversed(undo):
+            if before is None:
+                streams.pop(worker_id, None)
+            else:
+                streams[worker_id] = before
+            next_worker = next_before
+        return streams, next_worker
 
     def resumable(self, held: int = 0) -> tuple[int, list[int]]:
         """``(floor, ahead)`` as if the last ``held`` deliveries had not happened.

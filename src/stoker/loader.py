@@ -443,9 +443,8 @@ class DataLoader(Generic[T]):
         )  # fmt: skip
         self._progress = progress
         if self._iterable:
-            if resume is not None and resume.get("dataset") is not None:
-                self.dataset.load_state_dict(resume["dataset"])  # it resumes its own stream
-                progress.samples = resume.get("samples", 0)
+            if resume is not None and (resume.get("dataset") is not None or "workers" in resume):
+                self._resume_stream(resume, progress)
             elif skip:
                 msg = (
                     f"this state is {skip} batches into epoch {epoch} of an IterableDataset but holds "
@@ -458,6 +457,26 @@ class DataLoader(Generic[T]):
         if owner is not None:
             self._left_epoch = owner.epoch
         return progress, index_iter, first_position
+
+    def _resume_stream(self, resume: Mapping[str, Any], progress: Progress) -> None:
+        """Puts an iterable dataset's stream (or each worker's) back where ``resume`` left it."""
+        saved = resume["workers"]["num_workers"] if "workers" in resume else 0
+        if saved != self.num_workers:
+            msg = (
+                f"this state was saved mid-epoch by a loader with num_workers={saved}, and this one "
+                f"has num_workers={self.num_workers}: each worker of an IterableDataset reads its own "
+                f"shard of the stream, so a stream resumes only with the same number of workers. "
+                f"Pass num_workers={saved}, or save at an epoch boundary to change it."
+            )
+            raise ValueError(msg)
+        if saved == 0:
+            self.dataset.load_state_dict(resume["dataset"])  # it resumes its own stream
+            progress.samples = resume.get("samples", 0)
+            return
+        workers = resume["workers"]
+        progress.streams = dict(workers["streams"])
+        progress.resume_streams = dict(workers["streams"])  # each worker loads its own
+        progress.next_worker = workers["next"]
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands, to resume exactly there with :meth:`load_state_dict`.
@@ -493,8 +512,7 @@ class DataLoader(Generic[T]):
         else:
             state = mid_epoch_state(progress, held)
             if self._iterable:
-                state["dataset"] = self._stream_state()
-                state["samples"] = progress.samples
+                state.update(self._stream_state(progress, held))
         if torch_generator and self._torch_seed is not None:
             state["torch_seed"], state["torch_seed_epoch"] = self._torch_seed
         else:
@@ -503,23 +521,35 @@ class DataLoader(Generic[T]):
         state["version"] = STATE_VERSION
         return state
 
-    def _stream_state(self) -> Any:
-        """An iterable dataset's own state, mid-epoch (see :meth:`state_dict`)."""
-        dataset_state = getattr(self.dataset, "state_dict", None)
-        if self.num_workers > 0 or not callable(dataset_state):
+    def _stream_state(self, progress: Progress, held: int) -> dict[str, Any]:
+        """Where an iterable dataset's stream stands, mid-epoch (see :meth:`state_dict`).
+
+        Without workers, the dataset's own state. With process workers, each worker's
+        state after the last batch of its stream you received (not the batches it loaded
+        ahead), and the worker whose batch comes next: small, positions and no data.
+        """
+        owner = type(self.dataset).__name__
+        why = ""
+        if not callable(getattr(self.dataset, "state_dict", None)) or not callable(
+            getattr(self.dataset, "load_state_dict", None)
+        ):
+            why = f"{owner} has no state_dict / load_state_dict"
+        elif self.num_workers > 0 and self.worker_mode == "thread":
             why = (
-                f"its {self.num_workers} workers each read their own replica ahead of what you have "
-                "received, and stoker does not collect their states yet"
-                if self.num_workers > 0
-                else f"{type(self.dataset).__name__} has no state_dict / load_state_dict"
+                f"its {self.num_workers} thread workers share one {owner} object, so it holds "
+                "one place for all of them; use process workers"
             )
+        if why:
             msg = (
                 f"cannot save a mid-epoch state of this IterableDataset loader: {why}. Save at an "
-                "epoch boundary, or resume streams with num_workers=0 and a dataset that implements "
-                "state_dict / load_state_dict."
+                "epoch boundary, or resume streams from a dataset that implements "
+                "state_dict / load_state_dict (stoker's stream readers do)."
             )
             raise ValueError(msg)
-        return dataset_state()
+        if self.num_workers == 0:
+            return {"dataset": self.dataset.state_dict(), "samples": progress.samples}
+        streams, next_worker = progress.stream_resumable(held)
+        return {"workers": {"num_workers": self.num_workers, "streams": streams, "next": next_worker}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next ``iter(loader)`` continue from ``state`` (see :meth:`state_dict`)."""

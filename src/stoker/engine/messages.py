@@ -66,10 +66,15 @@ class WorkerSpec:
 
 @dataclass(frozen=True, slots=True)
 class StartEpoch:
-    """Sets the epoch and seed; an iterable dataset's worker restarts its stream."""
+    """Sets the epoch and seed; an iterable dataset's worker restarts its stream.
+
+    ``stream_state``: a resumed epoch's state of this worker's stream (what a :class:`Done`
+    carried for the last batch of it the consumer received), loaded before it reads on.
+    """
 
     epoch: int
     seed: int
+    stream_state: Any = None
 
     __reduce__ = _reduce
 
@@ -128,6 +133,8 @@ class Done:
     collate_s: float = 0.0
     slow: tuple[Any, ...] = ()  # (seconds, index) of its slowest samples, STOKER_PROFILE_SAMPLES=1
     idle_s: float = 0.0  # time the worker waited for work since its previous answer (autotuning)
+    # an iterable dataset with state_dict: its stream's state right after this batch
+    stream_state: Any = None
 
     __reduce__ = _reduce
 

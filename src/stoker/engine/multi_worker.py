@@ -113,8 +113,8 @@ class MultiWorkerIterator:
         self._copy = plan.copy_batches
         self._per_worker = plan.prefetch_factor
         self._progress = progress
-        self._epoch = epoch = progress.epoch
-        self._seed = seed = progress.seed
+        self._epoch = progress.epoch
+        self._seed = progress.seed
         self._index_iter = index_iter
         self._batch_index = progress.floor  # the next task's place in the epoch
         self._position = first_position  # the next task's first sample's place in the epoch
@@ -137,13 +137,18 @@ class MultiWorkerIterator:
         self._unserved = set(range(pool.num_workers))
         self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
         self._in_flight = 0  # this epoch's tasks sent and not yet answered
-        self._rotation = 0
+        self._rotation = progress.next_worker  # a resumed stream goes on with the next worker
+        self._stream_states: dict[int, tuple[int, Any]] = {}  # task id -> (worker, state after)
         self._sources_done = False
         self._finalizer = weakref.finalize(self, pool.shutdown) if owns_pool else None
         for worker_id in range(pool.num_workers):
             if pool.is_started(worker_id):
-                pool.send(worker_id, StartEpoch(epoch=epoch, seed=seed))
+                pool.send(worker_id, self._start_epoch(worker_id))
         self._dispatch()
+
+    def _start_epoch(self, worker_id: int) -> StartEpoch:
+        state = self._progress.resume_streams.get(worker_id)
+        return StartEpoch(epoch=self._epoch, seed=self._seed, stream_state=state)
 
     def __iter__(self) -> MultiWorkerIterator:
         return self
@@ -193,6 +198,10 @@ class MultiWorkerIterator:
         """The user's batch for a ready entry (raising a worker's error); ``_SKIP`` if empty."""
         self._dispatch()
         self._progress.deliver(self._places.pop(task_id))
+        if self._stream_states:
+            stream = self._stream_states.pop(task_id, None)
+            if stream is not None:
+                self._progress.deliver_stream(*stream, self._pool.num_workers)
         if type(item) is _Accounted:  # on_error="skip": count in delivery order
             self._record_bad_samples(item.attempted, item.skipped)  # type: ignore[misc]
             if item.empty:
@@ -341,7 +350,7 @@ class MultiWorkerIterator:
         if isinstance(message, Ready):
             self._pool.pids[worker_id] = message.pid
             for started in self._pool.start_deferred():  # the staggered start's second step
-                self._pool.send(started, StartEpoch(epoch=self._epoch, seed=self._seed))
+                self._pool.send(started, self._start_epoch(started))
             return
         if isinstance(message, Initialised):
             self._pool.initialised.add(worker_id)
@@ -368,6 +377,8 @@ class MultiWorkerIterator:
         self._in_flight -= 1
         if isinstance(message, Done):
             self._ready[message.task_id] = self._on_done(message, pending, leased)
+            if message.stream_state is not None:
+                self._stream_states[message.task_id] = (worker_id, message.stream_state)
         elif isinstance(message, Exhausted):
             self._ready[message.task_id] = _SKIP
         elif isinstance(message, Failed):

@@ -191,6 +191,12 @@ class _WorkerLoop:
         self.initialised = False  # worker_init_fn runs at the first StartEpoch, once seeded
         self.left_to_user: frozenset[str] = frozenset()
         self.idle = 0.0  # time spent waiting for work since the last answer (autotuning)
+        self.resumed_taken = 0  # samples a resumed stream had drawn before its saved state
+        # an iterable dataset that can save its place: each batch carries the place after it
+        # (process workers only: thread workers share one dataset object, and one place)
+        self.stream_states = (
+            spec.iterable and seed_globals and callable(getattr(spec.dataset, "state_dict", None))
+        )
 
     def start_epoch(self, message: StartEpoch) -> bool:
         """Seeds the worker for the epoch (worker_init_fn the first time); False: it failed."""
@@ -213,6 +219,10 @@ class _WorkerLoop:
             set_epoch = getattr(spec.dataset, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(message.epoch)
+            self.resumed_taken = 0
+            if message.stream_state is not None:  # a resumed epoch: read on from the saved place
+                spec.dataset.load_state_dict(message.stream_state["dataset"])
+                self.resumed_taken = message.stream_state["taken"]
         except BaseException as exc:
             self.send(StartupFailed(worker_id=worker_id, failure=describe_failure(exc)), None)
             return False
@@ -260,6 +270,7 @@ class _WorkerLoop:
                     spec.collate_fn,
                     spec.drop_last,
                     _worker_seed(self.epoch_seed, self.worker_id),
+                    taken=self.resumed_taken,
                 )
                 if spec.iterable
                 else MapFetcher(
@@ -290,6 +301,10 @@ class _WorkerLoop:
                 "fetch_s": fetcher.fetch_s,
                 "collate_s": fetcher.collate_s,
                 "slow": fetcher.slow_samples,
+            }
+        elif self.stream_states:
+            stages = {
+                "stream_state": {"dataset": self.spec.dataset.state_dict(), "taken": fetcher.taken}
             }
         done = Done(
             task_id=task.task_id,

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from stoker._validate import check_optional_int
+from stoker.engine.random_scopes import current_scope
 from stoker.sharding import current_shard, shard_for_worker
 
 __all__ = ["Position", "RecordStream", "check_stream_state"]
@@ -112,12 +113,29 @@ class RecordStream:
             try:
                 start = first if k == start_k else shard.record_offset
                 for r, raw in itertools.islice(enumerate(records), start, None, stride):
-                    value = self._finish_record(raw)
+                    value = self._finish_at(raw, file_index, r)
                     if value is not skip:
                         live.read = position = (file_index, r)
                         yield (position, value) if keyed else value
             finally:
                 _closing(records)
+
+    def _finish_at(self, raw: Any, file_index: int, record: int) -> Any:
+        """The sample of ``raw``, its random draws keyed by its position in the files.
+
+        Inside a loader, global random draws in ``transform`` are seeded from the epoch
+        seed and the record's ``(file, record)`` position, not from when it was read: a
+        record read ahead into a shuffle buffer, or read again on resume, draws the same.
+        """
+        scope = current_scope()
+        if scope is None:
+            return self._finish_record(raw)
+        saved = scope.position, scope.index
+        scope.position, scope.index = -2, (file_index, record)
+        try:
+            return self._finish_record(raw)
+        finally:
+            scope.position, scope.index = saved
 
     def _read_positions(self, positions: Sequence[Position]) -> list[Any]:
         """The samples at ``positions`` (in that order), reading each file once, up to its last one."""
@@ -131,7 +149,7 @@ class RecordStream:
             try:
                 for r, raw in enumerate(records):
                     if r in rs:
-                        found[f, r] = self._finish_record(raw)
+                        found[f, r] = self._finish_at(raw, f, r)
                     if r >= last:
                         break
             finally:

@@ -28,6 +28,7 @@ stores its samples themselves (they must pickle), plus that dataset's own ``stat
 
 from __future__ import annotations
 
+import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -49,6 +50,7 @@ from stoker.streams._records import (
 __all__ = ["ShuffleBuffer"]
 
 _BUFFER_KIND = "stoker.shuffle_buffer"
+_NO_PLACE = (-1, -1)  # a sample of a stream that is not a reader has no position
 
 
 def buffer_rng(seed: int | None, fallback: int, epoch: int, shard: int) -> np.random.Generator:
@@ -72,10 +74,13 @@ def _restored_rng(state: Mapping[str, Any]) -> np.random.Generator:
 class _Live:
     """What one iteration holds: buffer, generator, last record read (the state's source)."""
 
-    __slots__ = ("buffer", "epoch", "read", "rng", "shard")
+    __slots__ = ("buffer", "epoch", "places", "read", "rng", "shard")
 
     def __init__(self, epoch: int, shard: tuple[int, int], rng: Any, buffer: list[Any], read: Any):
         self.epoch, self.shard, self.rng, self.buffer, self.read = epoch, shard, rng, buffer, read
+        # the buffered records' positions, flat (file, record, file, record, ...) beside the
+        # buffer, so a state (taken after every batch a process worker sends) copies one array
+        self.places = array.array("q", [v for p, _ in buffer for v in (p or _NO_PLACE)])
 
     def positions_state(self) -> dict[str, Any]:
         return {
@@ -83,29 +88,35 @@ class _Live:
             "epoch": self.epoch,
             "shard": list(self.shard),
             "read": None if self.read is None else list(self.read),
-            "buffer": [list(p) for p, _ in self.buffer],
+            "buffer": np.frombuffer(self.places, dtype=np.int64).reshape(-1, 2).copy(),
             "rng": None if self.rng is None else self.rng.bit_generator.state,
         }
 
 
 def _shuffled(source: Iterator[tuple[Any, Any]], size: int, live: _Live) -> Iterator[Any]:
     """Fill the buffer to ``size``, yield a random entry, repeat; drain it at the end."""
-    buffer, rng, exhausted = live.buffer, live.rng, False
+    buffer, places, rng, exhausted = live.buffer, live.places, live.rng, False
     while True:
         while not exhausted and len(buffer) < size:
             try:
-                buffer.append(next(source))
+                entry = next(source)
             except StopIteration:
                 exhausted = True
+            else:
+                places.extend(entry[0] or _NO_PLACE)
+                buffer.append(entry)
         if not buffer:
             return
         j = int(rng.integers(len(buffer)))
         buffer[j], buffer[-1] = buffer[-1], buffer[j]
+        places[2 * j : 2 * j + 2] = places[-2:]  # the last entry moves into the taken one's place
+        del places[-2:]
         yield buffer.pop()[1]
 
 
 def _positions(state: Mapping[str, Any], name: str) -> list[Position]:
-    return [(int(f), int(r)) for f, r in state[name]]
+    pairs = np.asarray(state[name], dtype=np.int64).reshape(-1, 2).tolist()
+    return [(f, r) for f, r in pairs]
 
 
 def _start_positioned(
