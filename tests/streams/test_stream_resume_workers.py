@@ -12,7 +12,6 @@ import pytest
 
 from stoker import DataLoader
 from stoker.formats.text import JsonLines
-
 from streams.test_stream_shuffle import write_corpus
 
 
@@ -66,13 +65,18 @@ def test_a_resumed_epoch_delivers_exactly_the_rest(tmp_path, stop_after, num_wor
     assert head + rest == whole  # the same samples, order and augmentations
 
 
-def test_the_state_holds_positions_not_data(tmp_path) -> None:
-    write_corpus(str(tmp_path))
-    loader = loader_over(str(tmp_path))
+def state_after_one_batch(folder: str) -> dict:
+    loader = loader_over(folder)
     it = iter(loader)
     next(it)
     state = loader.state_dict()
     it.close()
+    return state
+
+
+def test_the_state_holds_positions_not_data(tmp_path) -> None:
+    write_corpus(str(tmp_path))
+    state = state_after_one_batch(str(tmp_path))
     text = repr(state["workers"])
     assert '"noise"' not in text and "'noise'" not in text  # no sample is stored
     assert len(text) < 2000
@@ -80,11 +84,7 @@ def test_the_state_holds_positions_not_data(tmp_path) -> None:
 
 def test_a_different_worker_count_is_refused_with_the_numbers(tmp_path) -> None:
     write_corpus(str(tmp_path))
-    loader = loader_over(str(tmp_path))
-    it = iter(loader)
-    next(it)
-    state = loader.state_dict()
-    it.close()
+    state = state_after_one_batch(str(tmp_path))
     other = loader_over(str(tmp_path), num_workers=1)
     other.load_state_dict(state)
     with pytest.raises(ValueError) as info:
