@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import io
 import json
@@ -55,6 +56,7 @@ from stoker.formats.text import (
     _resolve_files,
 )
 from stoker.sharding import shard_records
+from stoker.storage.remote import Storage, is_remote, open_files
 from stoker.vision.decode import PILLOW_LIMIT, MaxPixels, check_max_pixels, decode_image
 
 __all__ = ["DEFAULT_MAX_MEMBER_BYTES", "TarShards", "default_decoders", "write_tar_shards"]
@@ -181,7 +183,7 @@ def _expand_braces(spec: str) -> list[str]:
     ]
 
 
-def _resolve_shards(urls_or_paths: Any) -> StringArray:
+def _resolve_shards(urls_or_paths: Any, storage: Storage | None = None) -> StringArray:
     if isinstance(urls_or_paths, str) and (_BRACES.search(urls_or_paths) or is_url(urls_or_paths)):
         urls_or_paths = _expand_braces(urls_or_paths)
     return _resolve_files(
@@ -189,6 +191,7 @@ def _resolve_shards(urls_or_paths: Any) -> StringArray:
         owner="TarShards",
         suffixes=_TAR_SUFFIXES,
         must_exist=lambda s: not is_url(s),
+        storage=storage,
     )
 
 
@@ -228,6 +231,10 @@ class TarShards(IterableDataset[dict[str, Any]]):
         seed: seeds that shuffle.
         rank, world_size: fix the distributed topology instead of finding it when
             iteration starts.
+        storage_options, cache, prefetch, retries: for object storage URLs (``s3://``,
+            ``gs://``, ``az://``, ...; see :class:`stoker.TextLines`). ``http(s)://`` and
+            ``file://`` shards are streamed without them, or go through the cache when
+            ``storage_options`` or ``cache`` is given.
 
     Attributes:
         shards: the shard paths or URLs, as a :class:`~stoker.compact.StringArray`.
@@ -255,12 +262,17 @@ class TarShards(IterableDataset[dict[str, Any]]):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
+        prefetch: int = 2,
+        retries: Any = 5,
     ) -> None:
         if not (on_error in ("raise", "skip") or callable(on_error)):
             msg = f"on_error must be 'raise', 'skip' or a handler f(exc) -> bool, got {on_error!r}"
             raise ValueError(msg)
         max_member_bytes = check_optional_int("max_member_bytes", max_member_bytes, minimum=1)
-        self.shards = _resolve_shards(urls_or_paths)
+        self.storage = Storage(storage_options, cache, prefetch, retries)
+        self.shards = _resolve_shards(urls_or_paths, self.storage)
         self.decode = _check_decode(decode, max_pixels)
         self.on_error = on_error
         self.verify = _check_verify(verify)
@@ -278,19 +290,27 @@ class TarShards(IterableDataset[dict[str, Any]]):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         order = _file_order(len(self.shards), self.shuffle_shards, self.seed, self.epoch)
-        for sample in shard_records(
-            order, self._read_shard, rank=self.rank, world_size=self.world_size
-        ):
-            decoded = self._decode(sample)
-            if decoded is not _SKIPPED:
-                yield decoded
+        topology = {"rank": self.rank, "world_size": self.world_size}
+        with open_files(self.shards, order, self.storage, remote=self._remote, **topology) as local:
+            read = functools.partial(self._read_shard, local=local)
+            for sample in shard_records(order, read, **topology):
+                decoded = self._decode(sample)
+                if decoded is not _SKIPPED:
+                    yield decoded
 
-    def _read_shard(self, shard_index: int) -> Iterator[dict[str, Any] | BadSample]:
+    def _remote(self, url: str) -> bool:
+        """Whether ``url`` is downloaded through the cache (not streamed by urllib)."""
+        return is_remote(url) and (not is_url(url) or self.storage.configured)
+
+    def _read_shard(
+        self, shard_index: int, local: Callable[[int], str] | None = None
+    ) -> Iterator[dict[str, Any] | BadSample]:
         url = self.shards[shard_index]
         try:
+            source = local(shard_index) if local is not None and self._remote(url) else None
             if self.verify == "open":
-                check_shard(url)
-            yield from read_samples(url, max_member_bytes=self.max_member_bytes)
+                check_shard(url, source)
+            yield from read_samples(url, max_member_bytes=self.max_member_bytes, source=source)
         except DatasetError as exc:
             self._handle(exc, "skipped the rest of a tar shard")
 

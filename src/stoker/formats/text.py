@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ from stoker.formats._compressed import (
 )
 from stoker.formats._walk import glob_files, walk_files
 from stoker.sharding import shard_records
+from stoker.storage.remote import Storage, is_remote, list_remote, open_files
 
 __all__ = ["JsonLines", "TextLines"]
 
@@ -98,6 +100,7 @@ def _resolve_files(
     owner: str,
     suffixes: tuple[str, ...] | None = None,
     must_exist: Callable[[str], bool] | None = None,
+    storage: Storage | None = None,
 ) -> StringArray:
     """The list of files that ``files`` (a list, a glob pattern or a directory) names.
 
@@ -108,6 +111,9 @@ def _resolve_files(
     if isinstance(files, bytes):
         msg = f"{owner} takes paths as str or os.PathLike, got bytes {files!r}; decode it first"
         raise TypeError(msg)
+    remote = list_remote(files, owner=owner, suffixes=suffixes, storage=storage)
+    if remote is not None:  # a URL: one object, a prefix or a pattern, listed and sorted
+        files = remote
     if isinstance(files, (str, os.PathLike)):
         spec = os.fspath(files)
         if os.path.isdir(spec):
@@ -144,7 +150,7 @@ def _resolve_files(
                 )
                 raise TypeError(msg)
             path = os.fspath(entry)
-            check = must_exist is None or must_exist(path)
+            check = (must_exist is None or must_exist(path)) and not is_remote(path)
             if check and not os.path.isfile(path):
                 msg = f"{owner}: entry {position} of the file list, {path!r}, is not a file"
                 raise FileNotFoundError(msg)
@@ -204,6 +210,7 @@ class _LineFiles(IterableDataset[Any]):
         seed: int,
         rank: int | None,
         world_size: int | None,
+        storage: Storage | None = None,
     ) -> None:
         owner = type(self).__name__
         if transform is not None and not callable(transform):
@@ -212,7 +219,10 @@ class _LineFiles(IterableDataset[Any]):
         if not isinstance(encoding, str):
             msg = f"encoding must be a codec name such as 'utf-8', got {encoding!r}"
             raise TypeError(msg)
-        self.files = _resolve_files(files, owner=owner, suffixes=self._suffixes)
+        self.storage = storage or Storage()
+        self.files = _resolve_files(
+            files, owner=owner, suffixes=self._suffixes, storage=self.storage
+        )
         self.encoding = encoding
         self.transform = transform
         self.on_error = check_choice("on_error", on_error, _ON_ERROR)
@@ -238,26 +248,32 @@ class _LineFiles(IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         order = _file_order(len(self.files), self.shuffle_files, self.seed, self.epoch)
-        records = shard_records(order, self._read_file, rank=self.rank, world_size=self.world_size)
-        for file_index, line_number, text in records:
-            value = self._record(file_index, line_number, text)
-            if value is not _SKIPPED:
-                yield value
+        topology = {"rank": self.rank, "world_size": self.world_size}
+        with open_files(self.files, order, self.storage, **topology) as local:
+            read = functools.partial(self._read_file, local=local)
+            records = shard_records(order, read, **topology)
+            for file_index, line_number, text in records:
+                value = self._record(file_index, line_number, text)
+                if value is not _SKIPPED:
+                    yield value
 
     # -- reading -------------------------------------------------------------------
     def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:
         """``(line number, text)`` of an open file's lines that are records, before sharding."""
         raise NotImplementedError
 
-    def _read_file(self, file_index: int) -> Iterator[tuple[int, int, str]]:
+    def _read_file(
+        self, file_index: int, local: Callable[[int], str] | None = None
+    ) -> Iterator[tuple[int, int, str]]:
         path = self.files[file_index]
         compressed = is_gzip_name(path)
         line_number = 0
         try:
+            source = path if local is None or not is_remote(path) else local(file_index)
             if compressed and self.verify == "open":
-                check_gzip(path)
+                check_gzip(source)
             opener = open_gzip if compressed else open
-            with opener(path, "rt", encoding=self.encoding, errors=_UNDECODABLE_ERRORS) as stream:
+            with opener(source, "rt", encoding=self.encoding, errors=_UNDECODABLE_ERRORS) as stream:
                 for line_number, text in self._lines(stream):  # reported on error
                     yield file_index, line_number, text
         except _READ_ERRORS as exc:
@@ -346,6 +362,10 @@ class TextLines(_LineFiles):
         seed: seeds that shuffle.
         rank, world_size: fix the distributed topology instead of finding it when
             iteration starts (``torch.distributed``, then ``RANK`` / ``WORLD_SIZE``).
+        storage_options, cache, prefetch, retries: for URLs (``s3://``, ``gs://``,
+            ``http(s)://``, ...; see :class:`stoker.storage.Storage` and
+            docs/object-storage.md): the fsspec options, the local cache folder or
+            :class:`~stoker.storage.ShardCache`, files downloaded ahead, attempts per file.
 
     Attributes:
         files: the paths, as a :class:`~stoker.compact.StringArray`.
@@ -375,6 +395,10 @@ class TextLines(_LineFiles):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
+        prefetch: int = 2,
+        retries: Any = 5,
     ) -> None:
         super().__init__(
             files,
@@ -386,6 +410,7 @@ class TextLines(_LineFiles):
             seed=seed,
             rank=rank,
             world_size=world_size,
+            storage=Storage(storage_options, cache, prefetch, retries),
         )
         self.strip = bool(strip)
         self.skip_empty = bool(skip_empty)
@@ -419,6 +444,7 @@ class JsonLines(_LineFiles):
         shuffle_files: shuffle the file order every epoch (see :meth:`set_epoch`).
         seed: seeds that shuffle.
         rank, world_size: fix the distributed topology (see :class:`TextLines`).
+        storage_options, cache, prefetch, retries: for URLs (see :class:`TextLines`).
 
     Attributes:
         files: the paths, as a :class:`~stoker.compact.StringArray`.
@@ -449,6 +475,10 @@ class JsonLines(_LineFiles):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
+        prefetch: int = 2,
+        retries: Any = 5,
     ) -> None:
         super().__init__(
             files,
@@ -460,6 +490,7 @@ class JsonLines(_LineFiles):
             seed=seed,
             rank=rank,
             world_size=world_size,
+            storage=Storage(storage_options, cache, prefetch, retries),
         )
 
     def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:
