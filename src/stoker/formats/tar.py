@@ -321,7 +321,7 @@ class TarShards(IterableDataset[dict[str, Any]]):
         if callable(self.on_error) and not self.on_error(exc):
             raise exc
         self.skipped += 1
-        logger.warning("%s: %s", what, exc)
+        logger.warning("%s: %s", what, str(exc))  # a string: a record keeps no traceback alive
 
     def _decode(self, sample: dict[str, Any] | BadSample) -> Any:
         if isinstance(sample, BadSample):

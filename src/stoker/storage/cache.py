@@ -160,9 +160,10 @@ class ShardCache:
 
 def _has(path: str, size: int | None) -> bool:
     try:
-        return size is None or os.path.getsize(path) == size
+        actual = os.path.getsize(path)
     except FileNotFoundError:
         return False
+    return size is None or actual == size
 
 
 def _evict(path: str) -> bool:
