@@ -202,7 +202,8 @@ class TarShards(IterableDataset[dict[str, Any]]):
         urls_or_paths: a list of shard paths or URLs, a glob pattern, a directory (its
             ``.tar``, ``.tar.gz`` and ``.tgz`` files, sorted) or a brace pattern such
             as ``"shards/train-{000000..000127}.tar"``. URLs may be ``file://``,
-            ``http://`` or ``https://``.
+            ``http://``, ``https://``, or ``s3://``, ``gs://``, ``az://`` and any other
+            protocol fsspec knows (a prefix is listed and sorted).
         decode: ``None`` keeps every file as bytes; ``True`` decodes by extension with
             :func:`default_decoders`; a dict maps extensions to functions of the
             bytes (the others stay bytes; an extension like ``seg.png`` uses the

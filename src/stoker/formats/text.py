@@ -8,7 +8,9 @@ every record is read exactly once per epoch, whatever the numbers of ranks and w
 
 Files come as a list, a glob pattern (``"data/*.jsonl.gz"``, ``**`` allowed) or a
 directory (read recursively, each folder once whatever its links, hidden names skipped). Patterns and directories are sorted,
-so every rank sees the same list; a list is kept in the order given. Paths are held in a
+so every rank sees the same list; a list is kept in the order given. URLs (``s3://``,
+``gs://``, ``http(s)://``, ...: an object, a prefix or a pattern) are listed the same way and
+downloaded through :mod:`stoker.storage` (``pip install 'stoker[storage]'``). Paths are held in a
 :class:`~stoker.compact.StringArray`, so forked workers never copy them. Files ending in
 ``.gz`` are decompressed on the fly; their checksum is checked when they end, or before
 their first record with ``verify="open"``. A line that is not valid text in the encoding
