@@ -20,7 +20,8 @@ data shard (a consumed shard must not be fetched again).
 
 ``--ranged`` measures what random access to a few records costs both ways: ranged GETs
 of each record (``fs.cat_file(url, start, end)``) against downloading the shards that
-hold them. ``--clients`` measures the two candidate client libraries (fsspec + s3fs, and
+hold them. ``--litdata`` (in an environment that has litdata) adds LitData's
+``StreamingDataset`` over the same records and server. ``--clients`` measures the two candidate client libraries (fsspec + s3fs, and
 obstore where installed) on whole-object and ranged GETs against the same server.
 
 Run: ``PYTHONPATH=src:tests .venv/bin/python benchmarks/bench_object_storage.py``
@@ -214,6 +215,54 @@ def ranged(server: Server, url: str, folder: str, args: argparse.Namespace) -> d
     return {"records": args.records, "ranged_s": ranged_s, "whole_s": whole_s, "shards_touched": shards}
 
 
+def litdata_epochs(server: Server, args: argparse.Namespace, work: str) -> dict[str, Any]:
+    """``--litdata``: LitData's StreamingDataset over the same records, from the same server.
+
+    Run in a separate environment that has litdata (stoker does not depend on it). Its chunks
+    are written with ``litdata.streaming.cache.Cache`` at the same 4 MiB, read through its
+    ``StreamingDataLoader`` (batch 32, no workers), timed like stoker's side.
+    """
+    import litdata.streaming.downloader as litdata_downloader
+    from litdata import StreamingDataLoader, StreamingDataset
+    from litdata.streaming.cache import Cache
+
+    # its obstore client refuses plain http, which the local server speaks (a cloud is https)
+    options_name = "_OBSTORE_CLIENT_OPTIONS"
+    client_options = getattr(litdata_downloader, options_name, None)
+    if isinstance(client_options, dict):
+        setattr(litdata_downloader, options_name, {**client_options, "allow_http": "true"})
+
+    folder = os.path.join(work, "litdata")
+    writer = Cache(folder, chunk_bytes=args.shard_mib * 2**20)
+    rng = np.random.default_rng(0)
+    per_shard = args.shard_mib * 2**20 // _RECORD
+    for i in range(args.shards * per_shard):
+        writer[i] = {"x": rng.integers(0, 255, _RECORD, dtype=np.uint8), "label": i}
+    writer.done()
+    writer.merge()
+    url = server.upload(folder, "litdata")
+    server.proxy.delay_s = args.latency_ms / 1000
+    step_s = args.step_ms / 1000
+    options = {"endpoint_url": server.proxy.endpoint, "aws_access_key_id": "bench",
+               "aws_secret_access_key": "bench", "region_name": "us-east-1"}
+    times: dict[str, list[float]] = {"litdata cold": [], "litdata cached": []}
+    for round_ in range(args.rounds):
+        cache_dir = tempfile.mkdtemp(prefix="bench-litdata-", dir=work)
+        ds = StreamingDataset(url, cache_dir=cache_dir, storage_options=options, max_pre_download=args.prefetch)
+        for name in times:
+            loader = StreamingDataLoader(ds, batch_size=args.batch_size, num_workers=0)
+            start = None
+            for _ in loader:
+                if start is None:
+                    start = time.perf_counter()
+                time.sleep(step_s)
+            assert start is not None
+            times[name].append(time.perf_counter() - start)
+        shutil.rmtree(cache_dir)
+        print(f"round {round_}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def clients(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     """``--clients``: fsspec + s3fs against obstore, whole objects and ranged reads."""
     server.proxy.delay_s = 0.0
@@ -279,6 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=32, help="records read at random with --ranged")
     parser.add_argument("--ranged", action="store_true")
     parser.add_argument("--clients", action="store_true")
+    parser.add_argument("--litdata", action="store_true", help="also LitData (needs litdata installed)")
     args = parser.parse_args(argv)
     server = Server()
     work = tempfile.mkdtemp(prefix="bench-object-storage-")
@@ -298,6 +348,10 @@ def main(argv: list[str] | None = None) -> None:
         refetched = sum(res["gets_per_shard"][: res["consumed"]])
         print(f"  resume after {res['consumed']} shards: GETs of consumed shards {refetched}, "
               f"GETs per shard {res['gets_per_shard']}, requests in all {res['requests']}")
+        if args.litdata:
+            lit = litdata_epochs(server, args, work)
+            print(f"  litdata, cold   {lit['litdata cold']:.3f} s  ratio {m['local'] / lit['litdata cold']:.3f}")
+            print(f"  litdata, cached {lit['litdata cached']:.3f} s  ratio {m['local'] / lit['litdata cached']:.3f}")
         if args.ranged:
             r = ranged(server, result["url"], result["folder"], args)
             print(f"  {r['records']} random records over {r['shards_touched']} shards: ranged GETs "
