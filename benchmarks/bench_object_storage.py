@@ -121,8 +121,13 @@ def timed_epoch(ds: PackedDataset, batch_size: int, step_s: float, state: Any = 
     loader = DataLoader(ds, batch_size=batch_size)
     if state is not None:
         loader.load_state_dict(state)
+    return time_batches(loader, step_s)
+
+
+def time_batches(batches: Any, step_s: float) -> float:
+    """Seconds from the first of ``batches`` to the end, with a ``step_s`` step per batch."""
     start = None
-    for _ in loader:
+    for _ in batches:
         if start is None:
             start = time.perf_counter()
         time.sleep(step_s)
@@ -251,13 +256,7 @@ def litdata_epochs(server: Server, args: argparse.Namespace, work: str) -> dict[
         ds = StreamingDataset(url, cache_dir=cache_dir, storage_options=options, max_pre_download=args.prefetch)
         for name in times:
             loader = StreamingDataLoader(ds, batch_size=args.batch_size, num_workers=0)
-            start = None
-            for _ in loader:
-                if start is None:
-                    start = time.perf_counter()
-                time.sleep(step_s)
-            assert start is not None
-            times[name].append(time.perf_counter() - start)
+            times[name].append(time_batches(loader, step_s))
         shutil.rmtree(cache_dir)
         print(f"round {round_}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
     return {k: statistics.median(v) for k, v in times.items()}

@@ -198,3 +198,32 @@ def test_missing_storage_extra_names_it(monkeypatch) -> None:
         Storage().filesystem("s3://bucket/key")
     with pytest.raises(MissingExtraError, match=r"stoker\[storage\]"):
         TextLines("gs://bucket/prefix/")
+
+
+def _get_in_process(folder: str, log: str) -> None:
+    cache = ShardCache(folder, max_bytes=None)
+
+    def fetch(dest: str) -> None:
+        with open(log, "a") as f:
+            f.write("download\n")
+        time.sleep(0.2)
+        with open(dest, "wb") as f:
+            f.write(b"y" * 1000)
+
+    with cache.get("s3://b/shared", 1000, fetch) as held, open(held.path, "rb") as f:
+        assert f.read() == b"y" * 1000
+
+
+def test_processes_sharing_a_cache_download_an_object_once(tmp_path) -> None:
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    log = str(tmp_path / "log")
+    procs = [context.Process(target=_get_in_process, args=(str(tmp_path / "cache"), log)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    with open(log) as f:
+        assert f.read().count("download") == 1
