@@ -114,8 +114,9 @@ def test_packed_damaged_download_is_caught_by_the_manifest(s3, tmp_path) -> None
     s3.put("packed/shard-00001.index.npy", bytes(damaged))
     from stoker.formats.packed import PackedFormatError
 
-    with pytest.raises(PackedFormatError, match="fails its checksum"):
+    with pytest.raises(PackedFormatError, match="fails its checksum") as caught:
         PackedDataset(url, storage_options=s3.options)
+    assert f"{url}/shard-00001.index.npy" in str(caught.value)
 
 
 def test_cache_evicts_least_recently_used_but_never_a_held_file(tmp_path) -> None:

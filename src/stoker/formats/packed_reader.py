@@ -386,7 +386,10 @@ def _fetch_shard(opened: _Opened, shard: int) -> str:
         opened.maps[old] = None
     lo, hi = opened.starts_list[shard], opened.starts_list[shard + 1]
     index = {name: opened.columns[name][lo:hi] for name in ("offset", "length")}
-    check_data_file(path, opened.manifest["shards"][shard], index, lo)  # type: ignore[arg-type]
+    try:
+        check_data_file(path, opened.manifest["shards"][shard], index, lo)  # type: ignore[arg-type]
+    except PackedFormatError as exc:  # name the object, not its copy in the cache
+        raise PackedFormatError(str(exc).replace(path, opened.shard_paths[shard])) from None
     remote.prefetch_after(shard, sizes)
     return path
 
@@ -446,6 +449,8 @@ def _load(path: str, pid: int, storage: Storage | None = None) -> _Opened:
     mirror = remote.mirror()  # the manifest, index and keys files, checked like local ones
     try:
         opened = _load_local(mirror, path, pid)
+    except PackedFormatError as exc:  # name the objects, not their downloaded copies
+        raise PackedFormatError(str(exc).replace(mirror, path)) from None
     finally:
         shutil.rmtree(mirror, ignore_errors=True)
     return dataclasses.replace(opened, remote=remote)
