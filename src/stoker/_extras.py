@@ -22,6 +22,8 @@ EXTRAS = {
     "torch": ("torch", "torch"),
     "tqdm": ("tqdm", "cli"),
     "matplotlib": ("matplotlib", "cli"),
+    "fsspec": ("fsspec", "storage"),
+    "s3fs": ("s3fs", "storage"),
 }
 
 

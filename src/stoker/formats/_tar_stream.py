@@ -118,10 +118,12 @@ def _corrupt(url: str, exc: BaseException, when: str) -> DatasetError:
     return DatasetError(msg)
 
 
-def check_shard(url: str) -> None:
-    """Reads a gzipped shard in full to check its CRC-32 and length (plain tar: nothing to do)."""
+def check_shard(url: str, source: str | None = None) -> None:
+    """Reads a gzipped shard in full to check its CRC-32 and length (plain tar: nothing to do).
+
+    ``source`` is where its bytes are (a downloaded copy), when not at ``url`` itself."""
     try:
-        with _open_stream(url) as stream:
+        with _open_stream(source or url) as stream:
             payload, compressed = _payload(stream)
             if compressed:
                 drain(payload)
@@ -130,13 +132,15 @@ def check_shard(url: str) -> None:
         raise _corrupt(url, exc, when) from exc
 
 
-def read_samples(url: str, *, max_member_bytes: int | None) -> Iterator[dict[str, Any] | BadSample]:
+def read_samples(
+    url: str, *, max_member_bytes: int | None, source: str | None = None
+) -> Iterator[dict[str, Any] | BadSample]:
     """The samples of one shard, as bytes, in tar order, or BadSample; raises DatasetError if
-    the shard itself is bad."""
+    the shard itself is bad. ``source``: where its bytes are, when not at ``url`` itself."""
     stream = None
     compressed = False
     try:
-        stream = _open_stream(url)
+        stream = _open_stream(source or url)
         payload, compressed = _payload(stream)
         with tarfile.open(fileobj=payload, mode="r|" if compressed else "r|*", tarinfo=_CheckedTarInfo) as archive:
             key: str | None = None

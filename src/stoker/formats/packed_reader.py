@@ -21,6 +21,7 @@ import bisect
 import dataclasses
 import json
 import os
+import shutil
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from stoker.formats._packed_spec import (
     Schema,
     fspath,
 )
+from stoker.storage.packed import RemoteShards, join_url
+from stoker.storage.remote import Storage, is_remote
 
 __all__ = ["PackedDataset"]
 
@@ -62,6 +65,7 @@ class _Opened:
     keys: tuple[np.ndarray, ...]
     maps: list[np.ndarray | None]
     pid: int
+    remote: RemoteShards | None = None  # a dataset at a URL: its data shards, fetched on use
 
 
 class PackedDataset(Dataset[Any]):
@@ -84,6 +88,11 @@ class PackedDataset(Dataset[Any]):
             random transform draws from each sample's own ``stoker.sample_rng()``).
         copy: return ``bytes`` and writable array copies instead of views (pass it with
             ``torch.utils.data.DataLoader``, whose collate warns about read-only arrays).
+        storage_options, cache, prefetch, retries: for a dataset at a URL (``s3://...``,
+            see docs/object-storage.md): the fsspec options, the cache folder or
+            :class:`~stoker.storage.ShardCache`, how many shards after the one being read
+            to download ahead, and attempts per download. Opening downloads the manifest
+            and the index and keys files; each data shard is downloaded whole on first use.
 
     Raises:
         PackedFormatError: the directory has no complete manifest (the write did not
@@ -112,8 +121,14 @@ class PackedDataset(Dataset[Any]):
         verify: bool | str = False,
         transform: Callable[[Any], Any] | None = None,
         copy: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
+        prefetch: int = 2,
+        retries: Any = 5,
     ) -> None:
-        self.path = os.path.abspath(fspath(path, "path"))
+        remote = is_remote(path)
+        self.path = path.rstrip("/") if remote else os.path.abspath(fspath(path, "path"))  # type: ignore[union-attr]
+        self.storage = Storage(storage_options, cache, prefetch, retries) if remote else None
         if verify is True:
             verify = "open"
         if verify not in _VERIFY:
@@ -138,9 +153,10 @@ class PackedDataset(Dataset[Any]):
         if opened is not None and opened.pid == pid:
             return opened
         if opened is not None:  # forked: keep the (shared, read-only) index, map afresh
-            opened = dataclasses.replace(opened, maps=[None] * len(opened.shard_paths), pid=pid)
+            remote = opened.remote.for_process() if opened.remote is not None else None
+            opened = dataclasses.replace(opened, maps=[None] * len(opened.shard_paths), pid=pid, remote=remote)
         else:
-            opened = _load(self.path, pid)
+            opened = _load(self.path, pid, self.storage)
             fingerprint = opened.manifest[_FINGERPRINT]
             if self._fingerprint is not None and fingerprint != self._fingerprint:
                 msg = (
@@ -162,6 +178,7 @@ class PackedDataset(Dataset[Any]):
             "verify": self.verify,
             "transform": self.transform,
             "copy": self.copy,
+            "storage": self.storage,
             "verified": self._verified,
             "fingerprint": self._fingerprint,
         }
@@ -171,6 +188,7 @@ class PackedDataset(Dataset[Any]):
         self.verify = state["verify"]
         self.transform = state["transform"]
         self.copy = state["copy"]
+        self.storage = state.get("storage")
         self._verified = state["verified"]
         self._fingerprint = state["fingerprint"]
         self._opened = None
@@ -249,6 +267,14 @@ class PackedDataset(Dataset[Any]):
         key = self.key(i)
         where = f"{opened.shard_paths[shard]} record {i - opened.starts_list[shard]}"
         return f"{where} (from {key})" if key else where
+
+    def close(self) -> None:
+        """Releases a remote dataset's downloaded shards and stops its prefetching (it
+        reopens on the next read); nothing to do for a local one."""
+        opened = self._opened
+        if opened is not None and opened.remote is not None and opened.pid == os.getpid():
+            opened.remote.close()
+            opened.maps[:] = [None] * len(opened.maps)
 
     def verify_all(self) -> None:
         """Checks every record's crc32; raises PackedFormatError naming the first bad one."""
@@ -342,9 +368,30 @@ def _map(opened: _Opened, shard: int) -> np.ndarray:
     """Shard ``shard``'s payload as a read-only uint8 array over its memory mapping."""
     array = opened.maps[shard]
     if array is None:
-        array = map_payload(opened.shard_paths[shard], opened.manifest["shards"][shard])
+        path = opened.shard_paths[shard]
+        if opened.remote is not None:
+            path = _fetch_shard(opened, shard)
+        array = map_payload(path, opened.manifest["shards"][shard])
         opened.maps[shard] = array
     return array
+
+
+def _fetch_shard(opened: _Opened, shard: int) -> str:
+    """The local copy of a remote data shard, downloaded (or found in the cache) and checked."""
+    remote = opened.remote
+    assert remote is not None
+    sizes = [entry["data_file_bytes"] for entry in opened.manifest["shards"]]
+    path, released = remote.open(shard, sizes[shard])
+    for old in released:  # no longer held: its file may be evicted, so it must not stay mapped
+        opened.maps[old] = None
+    lo, hi = opened.starts_list[shard], opened.starts_list[shard + 1]
+    index = {name: opened.columns[name][lo:hi] for name in ("offset", "length")}
+    try:
+        check_data_file(path, opened.manifest["shards"][shard], index, lo)  # type: ignore[arg-type]
+    except PackedFormatError as exc:  # name the object, not its copy in the cache
+        raise PackedFormatError(str(exc).replace(path, opened.shard_paths[shard])) from None
+    remote.prefetch_after(shard, sizes)
+    return path
 
 
 def _assemble(schema: Schema, values: list[Any]) -> Any:
@@ -395,7 +442,22 @@ def _verify_all(opened: _Opened, path: str) -> None:
                 _check_record(opened, shard, lo + j, data, offset, length, crc)
 
 
-def _load(path: str, pid: int) -> _Opened:
+def _load(path: str, pid: int, storage: Storage | None = None) -> _Opened:
+    if storage is None:
+        return _load_local(path, path, pid)
+    remote = RemoteShards(path, storage)
+    mirror = remote.mirror()  # the manifest, index and keys files, checked like local ones
+    try:
+        opened = _load_local(mirror, path, pid)
+    except PackedFormatError as exc:  # name the objects, not their downloaded copies
+        raise PackedFormatError(str(exc).replace(mirror, path)) from None
+    finally:
+        shutil.rmtree(mirror, ignore_errors=True)
+    return dataclasses.replace(opened, remote=remote)
+
+
+def _load_local(path: str, location: str, pid: int) -> _Opened:
+    """Loads the dataset in folder ``path``; at ``location`` (a URL) when its data files are remote."""
     manifest, schema, fingerprint = read_manifest(path)
     manifest[_FINGERPRINT] = fingerprint  # never written: tells one writing of the dataset from another
     index_dtype = schema.index_dtype()
@@ -412,8 +474,11 @@ def _load(path: str, pid: int) -> _Opened:
         keys_file = load_npy(
             keys_path, shard["keys_file_bytes"], shard["keys_crc32"], "keys file", np.dtype(np.uint8), None
         )
+        if location != path:  # remote: the data file is checked when it is downloaded
+            data_path = join_url(location, shard["data"])
         check_index(index, schema, shard["data_bytes"], len(keys_file), data_path, first)
-        check_data_file(data_path, shard, index, first)
+        if location == path:
+            check_data_file(data_path, shard, index, first)
         shard_paths.append(data_path)
         indices.append(index)
         keys.append(keys_file)

@@ -54,6 +54,7 @@ from stoker.formats.text import (
     _file_order,
     _resolve_files,
 )
+from stoker.storage.remote import Storage, is_remote, open_files
 from stoker.streams._records import RecordStream
 from stoker.vision.decode import PILLOW_LIMIT, MaxPixels, check_max_pixels, decode_image
 
@@ -181,7 +182,7 @@ def _expand_braces(spec: str) -> list[str]:
     ]
 
 
-def _resolve_shards(urls_or_paths: Any) -> StringArray:
+def _resolve_shards(urls_or_paths: Any, storage: Storage | None = None) -> StringArray:
     if isinstance(urls_or_paths, str) and (_BRACES.search(urls_or_paths) or is_url(urls_or_paths)):
         urls_or_paths = _expand_braces(urls_or_paths)
     return _resolve_files(
@@ -189,6 +190,7 @@ def _resolve_shards(urls_or_paths: Any) -> StringArray:
         owner="TarShards",
         suffixes=_TAR_SUFFIXES,
         must_exist=lambda s: not is_url(s),
+        storage=storage,
     )
 
 
@@ -199,7 +201,8 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
         urls_or_paths: a list of shard paths or URLs, a glob pattern, a directory (its
             ``.tar``, ``.tar.gz`` and ``.tgz`` files, sorted) or a brace pattern such
             as ``"shards/train-{000000..000127}.tar"``. URLs may be ``file://``,
-            ``http://`` or ``https://``.
+            ``http://``, ``https://``, or ``s3://``, ``gs://``, ``az://`` and any other
+            protocol fsspec knows (a prefix is listed and sorted).
         decode: ``None`` keeps every file as bytes; ``True`` decodes by extension with
             :func:`default_decoders`; a dict maps extensions to functions of the
             bytes (the others stay bytes; an extension like ``seg.png`` uses the
@@ -231,6 +234,10 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
         shuffle_buffer: shuffle the samples through a buffer of this many (see
             :mod:`stoker.streams`): seeded from the loader's epoch seed (from ``seed``
             outside a loader), resumable with :meth:`state_dict`.
+        storage_options, cache, prefetch, retries: for object storage URLs (``s3://``,
+            ``gs://``, ``az://``, ...; see :class:`stoker.TextLines`). ``http(s)://`` and
+            ``file://`` shards are streamed without them, or go through the cache when
+            ``storage_options`` or ``cache`` is given.
 
     Attributes:
         shards: the shard paths or URLs, as a :class:`~stoker.compact.StringArray`.
@@ -259,12 +266,17 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
         rank: int | None = None,
         world_size: int | None = None,
         shuffle_buffer: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
+        prefetch: int = 2,
+        retries: Any = 5,
     ) -> None:
         if not (on_error in ("raise", "skip") or callable(on_error)):
             msg = f"on_error must be 'raise', 'skip' or a handler f(exc) -> bool, got {on_error!r}"
             raise ValueError(msg)
         max_member_bytes = check_optional_int("max_member_bytes", max_member_bytes, minimum=1)
-        self.shards = _resolve_shards(urls_or_paths)
+        self.storage = Storage(storage_options, cache, prefetch, retries)
+        self.shards = _resolve_shards(urls_or_paths, self.storage)
         self.decode = _check_decode(decode, max_pixels)
         self.on_error = on_error
         self.verify = _check_verify(verify)
@@ -287,18 +299,33 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
     def _record_order(self) -> list[int]:
         return _file_order(len(self.shards), self.shuffle_shards, self.seed, self.epoch)
 
-    def _open_records(self, shard_index: int) -> Iterator[dict[str, Any] | BadSample]:
-        return self._read_shard(shard_index)
+    def _opened_files(self, order: list[int], first: int = 0) -> Any:
+        return open_files(
+            self.shards, order, self.storage, remote=self._remote, rank=self.rank,
+            world_size=self.world_size, first=first,
+        )  # fmt: skip
+
+    def _open_records(
+        self, shard_index: int, local: Any = None
+    ) -> Iterator[dict[str, Any] | BadSample]:
+        return self._read_shard(shard_index, local=local)
 
     def _finish_record(self, raw: dict[str, Any] | BadSample) -> Any:
         return self._decode(raw)
 
-    def _read_shard(self, shard_index: int) -> Iterator[dict[str, Any] | BadSample]:
+    def _remote(self, url: str) -> bool:
+        """Whether ``url`` is downloaded through the cache (not streamed by urllib)."""
+        return is_remote(url) and (not is_url(url) or self.storage.configured)
+
+    def _read_shard(
+        self, shard_index: int, local: Callable[[int], str] | None = None
+    ) -> Iterator[dict[str, Any] | BadSample]:
         url = self.shards[shard_index]
         try:
+            source = local(shard_index) if local is not None and self._remote(url) else None
             if self.verify == "open":
-                check_shard(url)
-            yield from read_samples(url, max_member_bytes=self.max_member_bytes)
+                check_shard(url, source)
+            yield from read_samples(url, max_member_bytes=self.max_member_bytes, source=source)
         except DatasetError as exc:
             self._handle(exc, "skipped the rest of a tar shard")
 
@@ -309,7 +336,7 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
         if callable(self.on_error) and not self.on_error(exc):
             raise exc
         self.skipped += 1
-        logger.warning("%s: %s", what, exc)
+        logger.warning("%s: %s", what, str(exc))  # a string: a record keeps no traceback alive
 
     def _decode(self, sample: dict[str, Any] | BadSample) -> Any:
         if isinstance(sample, BadSample):

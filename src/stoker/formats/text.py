@@ -8,7 +8,9 @@ every record is read exactly once per epoch, whatever the numbers of ranks and w
 
 Files come as a list, a glob pattern (``"data/*.jsonl.gz"``, ``**`` allowed) or a
 directory (read recursively, each folder once whatever its links, hidden names skipped). Patterns and directories are sorted,
-so every rank sees the same list; a list is kept in the order given. Paths are held in a
+so every rank sees the same list; a list is kept in the order given. URLs (``s3://``,
+``gs://``, ``http(s)://``, ...: an object, a prefix or a pattern) are listed the same way and
+downloaded through :mod:`stoker.storage` (``pip install 'stoker[storage]'``). Paths are held in a
 :class:`~stoker.compact.StringArray`, so forked workers never copy them. Files ending in
 ``.gz`` are decompressed on the fly; their checksum is checked when they end, or before
 their first record with ``verify="open"``. A line that is not valid text in the encoding
@@ -52,6 +54,7 @@ from stoker.formats._compressed import (
 )
 from stoker.formats._walk import glob_files, walk_files
 from stoker.seeding import epoch_rng
+from stoker.storage.remote import Storage, is_remote, list_remote, open_files
 from stoker.streams._records import RecordStream
 
 __all__ = ["JsonLines", "TextLines"]
@@ -98,6 +101,7 @@ def _resolve_files(
     owner: str,
     suffixes: tuple[str, ...] | None = None,
     must_exist: Callable[[str], bool] | None = None,
+    storage: Storage | None = None,
 ) -> StringArray:
     """The list of files that ``files`` (a list, a glob pattern or a directory) names.
 
@@ -108,6 +112,9 @@ def _resolve_files(
     if isinstance(files, bytes):
         msg = f"{owner} takes paths as str or os.PathLike, got bytes {files!r}; decode it first"
         raise TypeError(msg)
+    remote = list_remote(files, owner=owner, suffixes=suffixes, storage=storage)
+    if remote is not None:  # a URL: one object, a prefix or a pattern, listed and sorted
+        files = remote
     if isinstance(files, (str, os.PathLike)):
         spec = os.fspath(files)
         if os.path.isdir(spec):
@@ -144,7 +151,7 @@ def _resolve_files(
                 )
                 raise TypeError(msg)
             path = os.fspath(entry)
-            check = must_exist is None or must_exist(path)
+            check = (must_exist is None or must_exist(path)) and not is_remote(path)
             if check and not os.path.isfile(path):
                 msg = f"{owner}: entry {position} of the file list, {path!r}, is not a file"
                 raise FileNotFoundError(msg)
@@ -206,6 +213,7 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
         rank: int | None,
         world_size: int | None,
         shuffle_buffer: int | None = None,
+        storage: Storage | None = None,
     ) -> None:
         owner = type(self).__name__
         if transform is not None and not callable(transform):
@@ -214,7 +222,10 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
         if not isinstance(encoding, str):
             msg = f"encoding must be a codec name such as 'utf-8', got {encoding!r}"
             raise TypeError(msg)
-        self.files = _resolve_files(files, owner=owner, suffixes=self._suffixes)
+        self.storage = storage or Storage()
+        self.files = _resolve_files(
+            files, owner=owner, suffixes=self._suffixes, storage=self.storage
+        )
         self.encoding = encoding
         self.transform = transform
         self.on_error = check_choice("on_error", on_error, _ON_ERROR)
@@ -243,8 +254,13 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
     def _record_order(self) -> list[int]:
         return _file_order(len(self.files), self.shuffle_files, self.seed, self.epoch)
 
-    def _open_records(self, file_index: int) -> Iterator[tuple[int, int, str]]:
-        return self._read_file(file_index)
+    def _opened_files(self, order: list[int], first: int = 0) -> Any:
+        return open_files(
+            self.files, order, self.storage, rank=self.rank, world_size=self.world_size, first=first
+        )
+
+    def _open_records(self, file_index: int, local: Any = None) -> Iterator[tuple[int, int, str]]:
+        return self._read_file(file_index, local=local)
 
     def _finish_record(self, raw: tuple[int, int, str]) -> Any:
         return self._record(*raw)
@@ -254,15 +270,18 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
         """``(line number, text)`` of an open file's lines that are records, before sharding."""
         raise NotImplementedError
 
-    def _read_file(self, file_index: int) -> Iterator[tuple[int, int, str]]:
+    def _read_file(
+        self, file_index: int, local: Callable[[int], str] | None = None
+    ) -> Iterator[tuple[int, int, str]]:
         path = self.files[file_index]
         compressed = is_gzip_name(path)
         line_number = 0
         try:
+            source = path if local is None or not is_remote(path) else local(file_index)
             if compressed and self.verify == "open":
-                check_gzip(path)
+                check_gzip(source)
             opener = open_gzip if compressed else open
-            with opener(path, "rt", encoding=self.encoding, errors=_UNDECODABLE_ERRORS) as stream:
+            with opener(source, "rt", encoding=self.encoding, errors=_UNDECODABLE_ERRORS) as stream:
                 for line_number, text in self._lines(stream):  # reported on error
                     yield file_index, line_number, text
         except _READ_ERRORS as exc:
@@ -354,6 +373,10 @@ class TextLines(_LineFiles):
         shuffle_buffer: shuffle the records through a buffer of this many (see
             :mod:`stoker.streams`): seeded from the loader's epoch seed (from ``seed``
             outside a loader), resumable with :meth:`state_dict`.
+        storage_options, cache, prefetch, retries: for URLs (``s3://``, ``gs://``,
+            ``http(s)://``, ...; see :class:`stoker.storage.Storage` and
+            docs/object-storage.md): the fsspec options, the local cache folder or
+            :class:`~stoker.storage.ShardCache`, files downloaded ahead, attempts per file.
 
     Attributes:
         files: the paths, as a :class:`~stoker.compact.StringArray`.
@@ -384,6 +407,10 @@ class TextLines(_LineFiles):
         rank: int | None = None,
         world_size: int | None = None,
         shuffle_buffer: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
+        prefetch: int = 2,
+        retries: Any = 5,
     ) -> None:
         super().__init__(
             files,
@@ -396,6 +423,7 @@ class TextLines(_LineFiles):
             rank=rank,
             world_size=world_size,
             shuffle_buffer=shuffle_buffer,
+            storage=Storage(storage_options, cache, prefetch, retries),
         )
         self.strip = bool(strip)
         self.skip_empty = bool(skip_empty)
@@ -432,6 +460,7 @@ class JsonLines(_LineFiles):
         shuffle_buffer: shuffle the records through a buffer of this many (see
             :mod:`stoker.streams`): seeded from the loader's epoch seed (from ``seed``
             outside a loader), resumable with :meth:`state_dict`.
+        storage_options, cache, prefetch, retries: for URLs (see :class:`TextLines`).
 
     Attributes:
         files: the paths, as a :class:`~stoker.compact.StringArray`.
@@ -463,6 +492,10 @@ class JsonLines(_LineFiles):
         rank: int | None = None,
         world_size: int | None = None,
         shuffle_buffer: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache: Any = None,
+        prefetch: int = 2,
+        retries: Any = 5,
     ) -> None:
         super().__init__(
             files,
@@ -475,6 +508,7 @@ class JsonLines(_LineFiles):
             rank=rank,
             world_size=world_size,
             shuffle_buffer=shuffle_buffer,
+            storage=Storage(storage_options, cache, prefetch, retries),
         )
 
     def _lines(self, stream: Any) -> Iterator[tuple[int, str]]:

@@ -16,6 +16,7 @@ order), ``_open_records(i)`` (the raw records of file ``i``) and ``_finish_recor
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -79,11 +80,19 @@ class RecordStream:
     def _record_order(self) -> list[int]:
         raise NotImplementedError
 
-    def _open_records(self, file_index: int) -> Iterable[Any]:
+    def _open_records(self, file_index: int, local: Any = None) -> Iterable[Any]:
         raise NotImplementedError
 
     def _finish_record(self, raw: Any) -> Any:
         raise NotImplementedError
+
+    def _opened_files(self, order: list[int], first: int = 0) -> Any:
+        """A context giving ``_open_records`` its ``local`` copies of remote files (or None).
+
+        ``order``: the epoch's file order; ``first``: how many of this shard's files a
+        resumed stream has consumed (they are not downloaded again).
+        """
+        return contextlib.nullcontext()
 
     # -- reading by positions ----------------------------------------------------------
     def _positioned(
@@ -94,7 +103,8 @@ class RecordStream:
         With ``live``, each record's position is also set as ``live.read`` before it is
         yielded; with ``keyed=False`` the samples come alone (one generator, no pairs).
         """
-        shard = shard_for_worker(self._record_order(), rank=self.rank, world_size=self.world_size)
+        order = self._record_order()
+        shard = shard_for_worker(order, rank=self.rank, world_size=self.world_size)
         items, stride = shard.items, shard.record_stride
         start_k, first = 0, shard.record_offset
         if after is not None:
@@ -107,18 +117,19 @@ class RecordStream:
             start_k, first = items.index(after[0]), after[1] + stride
         skip = self._skip_marker
         live = _Cursor() if live is None else live
-        for k in range(start_k, len(items)):
-            file_index = items[k]
-            records = self._open_records(file_index)
-            try:
-                start = first if k == start_k else shard.record_offset
-                for r, raw in itertools.islice(enumerate(records), start, None, stride):
-                    value = self._finish_at(raw, file_index, r)
-                    if value is not skip:
-                        live.read = position = (file_index, r)
-                        yield (position, value) if keyed else value
-            finally:
-                _closing(records)
+        with self._opened_files(order, start_k) as local:
+            for k in range(start_k, len(items)):
+                file_index = items[k]
+                records = self._open_records(file_index, local)
+                try:
+                    start = first if k == start_k else shard.record_offset
+                    for r, raw in itertools.islice(enumerate(records), start, None, stride):
+                        value = self._finish_at(raw, file_index, r)
+                        if value is not skip:
+                            live.read = position = (file_index, r)
+                            yield (position, value) if keyed else value
+                finally:
+                    _closing(records)
 
     def _finish_at(self, raw: Any, file_index: int, record: int) -> Any:
         """The sample of ``raw``, its random draws keyed by its position in the files.
@@ -143,17 +154,18 @@ class RecordStream:
         for f, r in positions:
             wanted.setdefault(f, set()).add(r)
         found: dict[Position, Any] = {}
-        for f, rs in wanted.items():
-            records = self._open_records(f)
-            last = max(rs)
-            try:
-                for r, raw in enumerate(records):
-                    if r in rs:
-                        found[f, r] = self._finish_at(raw, f, r)
-                    if r >= last:
-                        break
-            finally:
-                _closing(records)
+        with self._opened_files([], 0) as local:  # each file fetched as it is needed
+            for f, rs in wanted.items():
+                records = self._open_records(f, local)
+                last = max(rs)
+                try:
+                    for r, raw in enumerate(records):
+                        if r in rs:
+                            found[f, r] = self._finish_at(raw, f, r)
+                        if r >= last:
+                            break
+                finally:
+                    _closing(records)
         missing = [p for p in positions if p not in found or found[p] is self._skip_marker]
         if missing:
             msg = (

@@ -1,0 +1,149 @@
+"""A packed dataset at a URL: its metadata downloaded when opened, its data shards on use.
+
+Opening downloads ``manifest.json`` and every shard's index and keys files (small: a few
+dozen bytes a record) into a temporary folder, where the usual checks run on them (the
+manifest's checksum, each file's size and crc32 from the manifest); they are loaded into
+memory and the folder is removed. A data shard is downloaded whole, through the cache,
+the first time one of its records is read; its size is checked against the manifest
+(and, with ``verify``, its records' crc32), then it is memory-mapped as a local one. The
+next ``prefetch`` shards (in shard order) download in the background meanwhile.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from stoker.formats._packed_spec import MANIFEST_NAME, shard_file_names
+from stoker.storage.cache import CachedFile
+from stoker.storage.fetch import download
+from stoker.storage.remote import Storage
+
+__all__ = ["RemoteShards", "join_url"]
+
+
+def join_url(url: str, name: str) -> str:
+    return f"{url.rstrip('/')}/{name}"
+
+
+class RemoteShards:
+    """The data shards of one packed dataset at ``url``, fetched through ``storage``'s cache.
+
+    ``held`` bounds how many shards this process keeps held (mapped) at once; older ones are
+    released (left to the cache's eviction) when more are opened.
+    """
+
+    def __init__(self, url: str, storage: Storage, shard_count: int = 0, held: int | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.storage = storage
+        self.shard_count = shard_count
+        self.max_held = held if held is not None else max(2, storage.prefetch + 2)
+        self._held: OrderedDict[int, CachedFile] = OrderedDict()
+        self._ahead: dict[int, concurrent.futures.Future[CachedFile]] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def for_process(self) -> RemoteShards:
+        """A fresh copy for a forked process (no threads, nothing held)."""
+        return RemoteShards(self.url, self.storage, self.shard_count, self.max_held)
+
+    def mirror(self) -> str:
+        """A new local folder holding the manifest and every index and keys file."""
+        folder = tempfile.mkdtemp(prefix="stoker-packed-")
+        try:
+            self._get(MANIFEST_NAME, folder, None)
+            with open(os.path.join(folder, MANIFEST_NAME), "rb") as f:
+                manifest = json.loads(f.read().decode("utf-8"))
+            shards = manifest.get("shards") if isinstance(manifest, dict) else None
+            wanted: list[tuple[str, int | None]] = []
+            for s, shard in enumerate(shards if isinstance(shards, list) else []):
+                sizes = shard if isinstance(shard, dict) else {}
+                _, index_name, keys_name = shard_file_names(s)  # never a name from the file
+                wanted.append((index_name, _int(sizes.get("index_file_bytes"))))
+                wanted.append((keys_name, _int(sizes.get("keys_file_bytes"))))
+            self.shard_count = len(wanted) // 2
+            workers = max(1, min(16, len(wanted)))
+            with concurrent.futures.ThreadPoolExecutor(workers, "stoker-metadata") as pool:
+                for future in [pool.submit(self._get, name, folder, size) for name, size in wanted]:
+                    future.result()
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return folder
+
+    def _get(self, name: str, folder: str, size: int | None) -> None:
+        url = join_url(self.url, name)
+        download(self.storage.filesystem(url), url, os.path.join(folder, name), size=size,
+                 policy=self.storage.retry)
+
+    def shard_url(self, shard: int) -> str:
+        return join_url(self.url, shard_file_names(shard)[0])
+
+    def open(self, shard: int, size: int) -> tuple[str, list[int]]:
+        """The local path of data shard ``shard`` (``size`` bytes), held until released, and
+        the shards released to make room (their mappings must be dropped)."""
+        with self._lock:
+            held = self._held.get(shard)
+            if held is not None:
+                self._held.move_to_end(shard)
+                return held.path, []
+            future = self._ahead.pop(shard, None)
+        held = future.result() if future is not None else self.storage.fetch(self.shard_url(shard), size)
+        released = []
+        with self._lock:
+            self._held[shard] = held
+            while len(self._held) > self.max_held:
+                old_shard, old = self._held.popitem(last=False)
+                old.close()
+                released.append(old_shard)
+        return held.path, released
+
+    def prefetch_after(self, shard: int, sizes: list[int]) -> None:
+        """Starts downloading the ``prefetch`` shards after ``shard``, in the background."""
+        depth = self.storage.prefetch
+        if depth <= 0:
+            return
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(depth, "stoker-prefetch")
+            for nxt in range(shard + 1, min(shard + 1 + depth, len(sizes))):
+                if nxt not in self._held and nxt not in self._ahead:
+                    url = self.shard_url(nxt)
+                    self._ahead[nxt] = self._pool.submit(self.storage.fetch, url, sizes[nxt])
+
+    def release(self, shard: int) -> None:
+        with self._lock:
+            held = self._held.pop(shard, None)
+        if held is not None:
+            held.close()
+
+    def close(self) -> None:
+        """Stops prefetching and releases every shard held by this process."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            ahead, self._ahead = self._ahead, {}
+            held, self._held = self._held, OrderedDict()
+        for future in ahead.values():
+            future.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True)
+        for future in ahead.values():
+            if not future.cancelled() and future.exception() is None:
+                future.result().close()
+        for value in held.values():
+            value.close()
+
+    def __del__(self) -> None:
+        pool = self._pool
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

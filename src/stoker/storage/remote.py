@@ -1,0 +1,272 @@
+"""Remote files for the readers: URLs, listing, and local copies through the cache.
+
+:class:`Storage` is what a reader keeps for its URLs: the ``storage_options`` given to
+fsspec, the cache, the prefetch depth and the retry policy. It pickles without its
+connections, so each worker process opens its own. :func:`open_files` gives a reader the
+local copy of each of its remote files, in the order the reader's shard reads them, the
+next ``prefetch`` of them downloading in the background.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from stoker._extras import require
+from stoker.sharding import shard_for_worker
+from stoker.storage.cache import CachedFile, ShardCache
+from stoker.storage.fetch import RetryPolicy, download
+from stoker.storage.prefetch import Prefetcher
+
+__all__ = ["LocalCopies", "Storage", "is_remote", "open_files"]
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_GLOB_CHARS = frozenset("*?[")
+
+
+def is_remote(spec: Any) -> bool:
+    """Whether ``spec`` is a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ...) that is
+    not a plain local ``file://`` path."""
+    if not isinstance(spec, str):
+        return False
+    return ("::" in spec or bool(_SCHEME.match(spec))) and not spec.startswith("file://")
+
+
+def _remove_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Storage:
+    """How a reader reaches its remote files.
+
+    Args:
+        storage_options: keyword arguments of the fsspec file system (``endpoint_url``,
+            credentials, ``anon``, ...); for S3 ``{"endpoint_url": ...}`` is passed as
+            ``client_kwargs`` when given at the top level.
+        cache: a folder (str or path: no size limit), a :class:`ShardCache` (a size
+            limit), or ``None``: a private temporary folder keeping only the files in use
+            and those prefetched, removed when the reader goes away.
+        prefetch: how many files to download ahead of the one being read.
+        retries: attempts per download (an int) or a :class:`RetryPolicy`.
+    """
+
+    def __init__(
+        self,
+        storage_options: dict[str, Any] | None = None,
+        cache: str | os.PathLike[str] | ShardCache | None = None,
+        prefetch: int = 2,
+        retries: RetryPolicy | int = 5,
+    ) -> None:
+        if storage_options is not None and not isinstance(storage_options, dict):
+            msg = f"storage_options must be a dict of file system options or None, got {storage_options!r}"
+            raise TypeError(msg)
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
+            msg = f"prefetch must be an int >= 0 (files downloaded ahead), got {prefetch!r}"
+            raise ValueError(msg)
+        if cache is not None and not isinstance(cache, ShardCache):
+            cache = ShardCache(cache)
+        self.storage_options = dict(storage_options or {})
+        self.cache = cache
+        self.prefetch = prefetch
+        self.retry = RetryPolicy.of(retries)
+        self.sizes: dict[str, int] = {}  # listed sizes, checked after each download
+        self._local: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_local"] = {}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def configured(self) -> bool:
+        """Whether the user asked for anything beyond the defaults (options or a cache)."""
+        return bool(self.storage_options) or self.cache is not None
+
+    # -- file systems ----------------------------------------------------------------
+    def filesystem(self, url: str) -> Any:
+        """The fsspec file system for ``url``'s protocol, one per process."""
+        fsspec = require("fsspec", "reading from object storage", f"to read {url}")
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        key = (os.getpid(), protocol)
+        with self._lock:
+            fs = self._local.get(repr(key))
+            if fs is None:
+                if protocol in ("s3", "s3a"):
+                    require("s3fs", "reading from S3", f"to read {url}")
+                options = _options_for(protocol, self.storage_options)
+                if "::" in url:
+                    fs = fsspec.core.url_to_fs(url, **options)[0]
+                else:
+                    fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+                self._local[repr(key)] = fs
+        return fs
+
+    def local_cache(self) -> ShardCache:
+        """The cache downloads go to (a private temporary one without ``cache``)."""
+        if self.cache is not None:
+            return self.cache
+        with self._lock:
+            key = f"temp-{os.getpid()}"
+            cache = self._local.get(key)
+            if cache is None:
+                folder = tempfile.mkdtemp(prefix="stoker-shards-")
+                cache = ShardCache(folder, max_bytes=0)
+                weakref.finalize(self, _remove_tree, folder)
+                self._local[key] = cache
+        return cache  # type: ignore[no-any-return]
+
+    # -- listing -----------------------------------------------------------------------
+    def list_urls(self, spec: str, *, owner: str, suffixes: Sequence[str] | None) -> list[str]:
+        """The objects ``spec`` names, sorted: one object, a prefix (directory) or a pattern."""
+        fs = self.filesystem(spec)
+        path = fs._strip_protocol(spec)
+        if _GLOB_CHARS & set(path):
+            found = fs.glob(path, detail=True)
+        else:
+            try:
+                info = fs.info(path)
+            except FileNotFoundError:
+                msg = f"{owner}: {spec!r} names no object and no prefix holding any (no such file)"
+                raise FileNotFoundError(msg) from None
+            if info.get("type") == "directory":
+                found = fs.find(path, detail=True)
+                if suffixes:
+                    lowered = tuple(s.lower() for s in suffixes)
+                    found = {k: v for k, v in found.items() if k.lower().endswith(lowered)}
+            else:
+                found = {path: info}
+        urls = []
+        for name, info in sorted(found.items()):
+            if info.get("type") == "directory" or name.rstrip("/").rpartition("/")[2].startswith("."):
+                continue
+            url = fs.unstrip_protocol(name) if "://" not in name else name
+            if isinstance(info.get("size"), int):
+                self.sizes[url] = info["size"]
+            urls.append(url)
+        return urls
+
+    # -- fetching --------------------------------------------------------------------
+    def size(self, url: str) -> int | None:
+        size = self.sizes.get(url)
+        if size is None:
+            fs = self.filesystem(url)
+            with contextlib.suppress(Exception):
+                listed = fs.info(fs._strip_protocol(url)).get("size")
+                size = listed if isinstance(listed, int) else None
+        return size
+
+    def fetch(self, url: str, size: int | None = None) -> CachedFile:
+        """``url``'s local copy, held until closed (downloaded, with retries, on a miss)."""
+        cache = self.local_cache()
+        size = self.sizes.get(url, size)
+        if cache.contains(url):
+            with contextlib.suppress(OSError):
+                return cache.get(url, size, _never)
+        fs = self.filesystem(url)
+        size = size if size is not None else self.size(url)
+
+        def fetch(dest: str) -> None:
+            download(fs, url, dest, size=size, policy=self.retry)
+
+        return cache.get(url, size, fetch)
+
+    def prefetcher(self, urls: Sequence[str]) -> Prefetcher[str, CachedFile]:
+        return Prefetcher(urls, self.fetch, depth=self.prefetch, release=CachedFile.close)
+
+
+def _never(dest: str) -> None:
+    raise FileNotFoundError(dest)  # the cached file went away (evicted): download it
+
+
+def _options_for(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+    options = dict(options)
+    if protocol in ("s3", "s3a") and "endpoint_url" in options:
+        client = dict(options.get("client_kwargs") or {})
+        client.setdefault("endpoint_url", options.pop("endpoint_url"))
+        options["client_kwargs"] = client
+    return options
+
+
+class LocalCopies:
+    """The local copy of each remote file one reader's shard reads, in its order.
+
+    Call it with a file's index to get the local path; the copy of the previous file is
+    released then (or at :meth:`close`), the next ``prefetch`` download meanwhile.
+    """
+
+    def __init__(self, files: Sequence[str], order: Sequence[int], storage: Storage,
+                 remote: Callable[[str], bool], rank: int | None, world_size: int | None,
+                 first: int = 0) -> None:
+        shard = shard_for_worker(list(order), rank=rank, world_size=world_size)
+        self.files = files
+        self.storage = storage
+        # the shard's files from ``first`` on (a resumed stream consumed those before)
+        self._mine = [i for i in shard.items[first:] if remote(files[i])]
+        self._prefetcher = storage.prefetcher([files[i] for i in self._mine])
+        self._held: CachedFile | None = None
+
+    def __call__(self, index: int) -> str:
+        self._release()
+        url = self.files[index]
+        if self._mine and self._mine[0] == index:
+            self._mine.pop(0)
+            held = self._prefetcher.get()
+        else:  # not in the expected order: fetch it now
+            held = self.storage.fetch(url)
+        self._held = held
+        return held.path
+
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+    def close(self) -> None:
+        self._release()
+        self._prefetcher.close()
+
+
+@contextlib.contextmanager
+def open_files(
+    files: Sequence[str],
+    order: Sequence[int],
+    storage: Storage | None,
+    *,
+    remote: Callable[[str], bool] = is_remote,
+    rank: int | None = None,
+    world_size: int | None = None,
+    first: int = 0,
+) -> Iterator[LocalCopies | None]:
+    """:class:`LocalCopies` for a reader's remote files, or None when it has none.
+
+    ``order`` empty: no file is downloaded ahead, each is fetched when it is opened.
+    """
+    if storage is None or not any(remote(f) for f in files):
+        yield None
+        return
+    copies = LocalCopies(files, order, storage, remote, rank, world_size, first)
+    try:
+        yield copies
+    finally:
+        copies.close()
+
+
+def list_remote(files: Any, *, owner: str, suffixes: Sequence[str] | None,
+                storage: Storage | None) -> list[str] | None:
+    """The URLs a remote ``files`` spec names (sorted), or None when ``files`` is not one."""
+    if not is_remote(files):
+        return None
+    return (storage or Storage()).list_urls(files, owner=owner, suffixes=suffixes)
