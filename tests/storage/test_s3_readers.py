@@ -138,3 +138,35 @@ def test_cache_evicts_least_recently_used_but_never_a_held_file(tmp_path) -> Non
     cache.get("s3://b/d", 10, writer(b"d" * 10)).close()  # now a, the oldest, goes
     assert not cache.contains("s3://b/a")
     assert cache.usage() == 20
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_resumed_stream_downloads_no_consumed_file(s3, num_workers) -> None:
+    ids = _jsonl(s3, 8, per_file=4)
+    url = s3.url("jsonl")
+
+    def loader() -> DataLoader:
+        stream = JsonLines(url, storage_options=s3.options, prefetch=1)
+        return DataLoader(stream, batch_size=4, num_workers=num_workers, collate_fn=list)
+
+    whole = [r["id"] for batch in loader() for r in batch]
+    assert sorted(whole) == ids
+    first = loader()
+    it = iter(first)
+    head = [r["id"] for _ in range(4) for r in next(it)]  # 4 of the 8 files consumed
+    state = first.state_dict()
+    it.close()
+    s3.proxy.reset()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    rest = [r["id"] for batch in resumed for r in batch]
+    assert head + rest == whole
+    # the file of the last record read is opened again (it might hold more); none before it
+    last = max(i // 4 for i in head) if num_workers == 0 else None
+    for f in range(8):
+        name = f"jsonl/part-{f:03d}.jsonl" + (".gz" if f % 2 else "")
+        if num_workers == 0:
+            assert (s3.proxy.count(name) == 0) == (f < last), name
+    if num_workers:  # each worker resumes in its own files, after the two it consumed
+        fetched = {f for f in range(8) if s3.proxy.count(f"part-{f:03d}")}
+        assert len(fetched) <= 8 - 4 + 2, fetched
