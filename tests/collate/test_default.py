@@ -1,6 +1,6 @@
 """default_collate, collate, the registry, default_convert, StackedSamples, collate_into.
 
-Torch parity lives in test_collate_torch.py; these tests need numpy only.
+Torch parity lives in test_torch.py; these tests need numpy only.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
+from collate.allocators import Pool
 from stoker._errors import CollateError
 from stoker._stacked import StackedSamples
 from stoker.collate import (
@@ -43,6 +44,7 @@ def test_import_does_not_import_torch():
     code = "import sys, stoker.collate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
 
 
 # ----------------------------------------------------------------- leaf types
@@ -477,24 +479,6 @@ def test_stacked_samples_with_zero_rows():
 
 
 # ----------------------------------------------------------------- collate_into
-
-
-class Pool:
-    """Hands out aligned views of one big byte buffer, recording each."""
-
-    def __init__(self, nbytes=1 << 16):
-        self.buffer = np.zeros(nbytes, np.uint8)
-        self.offset = 0
-        self.handed = []
-
-    def __call__(self, shape, dtype):
-        assert isinstance(shape, tuple) and isinstance(dtype, np.dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        start = -(-self.offset // 64) * 64
-        view = self.buffer[start : start + n].view(dtype).reshape(shape)
-        self.offset = start + n
-        self.handed.append(view)
-        return view
 
 
 def _arrays(tree):
