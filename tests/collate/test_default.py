@@ -5,12 +5,14 @@ Torch parity lives in test_torch.py; these tests need numpy only.
 
 from __future__ import annotations
 
+import ast
 import collections
 import importlib
 import subprocess
 import sys
 from collections import OrderedDict, namedtuple
 from fractions import Fraction
+from pathlib import Path
 from types import MappingProxyType
 
 import numpy as np
@@ -45,6 +47,23 @@ def test_import_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
+
+def _collate_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return {name for name in found if name.startswith("stoker.collate")}
+
+
+def test_the_collate_modules_import_the_registry_and_never_the_package():
+    package = Path(collate_module.__file__).parent
+    for path in sorted(package.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        allowed = {"stoker.collate._registry", "stoker.collate._fields"} - {f"stoker.collate.{path.stem}"}
+        if path.stem == "_registry":
+            allowed = set()
+        assert _collate_imports(path) <= allowed, f"{path.name} imports {_collate_imports(path) - allowed}"
 
 
 # ----------------------------------------------------------------- leaf types
@@ -468,7 +487,7 @@ def test_stacked_samples_use_the_one_copy_path(monkeypatch):
         default_collate(StackedSamples((np.zeros((2, 2)),)))
     monkeypatch.undo()
     # ... and with the default map, np.stack is not called at all
-    monkeypatch.setattr(collate_module.np, "stack", fail)
+    monkeypatch.setattr(np, "stack", fail)
     out = default_collate(StackedSamples((np.zeros((2, 2)),)))
     assert out[0].shape == (2, 2)
 
