@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 import pytest
-from damage import bits_to_try, flipped, truncated
 
+from formats.damage import bits_to_try, flipped, truncated
 from stoker.formats.packed import PackedDataset, PackedFormatError, PackedWriter
 
 RECORDS = [

@@ -11,8 +11,8 @@ import zlib
 
 import numpy as np
 import pytest
-from damage import bits_to_try, flipped, silent_deflate_flips, truncated
 
+from formats.damage import bits_to_try, flipped, silent_deflate_flips, truncated
 from stoker import DatasetError
 from stoker.formats import tar
 from stoker.formats.tar import TarShards, write_tar_shards

@@ -9,10 +9,10 @@ import os
 import zlib
 
 import pytest
-from damage import bits_to_try, flipped, silent_deflate_flips, truncated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from formats.damage import bits_to_try, flipped, silent_deflate_flips, truncated
 from stoker import DatasetError
 from stoker.formats.text import JsonLines, TextLines
 

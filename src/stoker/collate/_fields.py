@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import CollateError
-from stoker.collate import (
+from stoker.collate._registry import (
     _STR_OBJ_DTYPE,
     _check_all,
+    _check_keys,
     _check_lengths,
     _empty,
     _field,
@@ -49,17 +50,8 @@ def _split_samples(
     first = samples[0]
     if isinstance(first, Mapping):
         _check_all(samples, Mapping, "a mapping")
-        keys = list(first)
-        for i, s in enumerate(samples):
-            missing = [k for k in keys if k not in s]
-            if missing:
-                msg = (
-                    f"{who} cannot collate the samples (batch of {len(samples)}): sample {i} "
-                    f"has no key {missing[0]!r} (sample 0 has keys {keys}). Return the same "
-                    f"keys from every sample."
-                )
-                raise CollateError(msg)
-        return samples, keys, True
+        _check_keys(samples, who)
+        return samples, list(first), True
     if isinstance(first, (tuple, list)):
         _check_all(samples, (tuple, list), "a tuple")
         _check_lengths(samples)

@@ -10,7 +10,18 @@ import numpy as np
 
 from stoker._errors import CollateError
 from stoker._validate import check_optional_int, is_int
-from stoker.collate import (
+from stoker.collate._fields import (
+    _as_arrays,
+    _assemble,
+    _check_key,
+    _check_other_dims,
+    _key_list,
+    _new_filled,
+    _seg,
+    _split_samples,
+    _to_output,
+)
+from stoker.collate._registry import (
     _NUMBER_TYPES,
     _SHAPE_HINT,
     _STR_OBJ_DTYPE,
@@ -23,17 +34,6 @@ from stoker.collate import (
     _torch,
     collate,
     default_collate_fn_map,
-)
-from stoker.collate._fields import (
-    _as_arrays,
-    _assemble,
-    _check_key,
-    _check_other_dims,
-    _key_list,
-    _new_filled,
-    _seg,
-    _split_samples,
-    _to_output,
 )
 
 __all__ = ["PadCollate", "pad_collate"]

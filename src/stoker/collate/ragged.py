@@ -9,17 +9,6 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import CollateError
-from stoker.collate import (
-    _at,
-    _empty,
-    _field,
-    _finish,
-    _format_path,
-    _torch,
-    _torch_alloc,
-    collate,
-    default_collate_fn_map,
-)
 from stoker.collate._fields import (
     _as_arrays,
     _assemble,
@@ -29,6 +18,17 @@ from stoker.collate._fields import (
     _seg,
     _split_samples,
     _to_output,
+)
+from stoker.collate._registry import (
+    _at,
+    _empty,
+    _field,
+    _finish,
+    _format_path,
+    _torch,
+    _torch_alloc,
+    collate,
+    default_collate_fn_map,
 )
 
 __all__ = ["RaggedCollate"]

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from stoker._tree import walk
+
 FieldPath = tuple[Any, ...]
 
 _LABEL_NAMES = ("label", "labels", "target", "targets", "y", "cls", "class")  # cls: webdataset
@@ -23,20 +25,19 @@ def field_name(path: FieldPath) -> str:
     return "sample" + "".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for k in path)
 
 
-def leaves(value: Any, path: FieldPath = ()) -> list[tuple[FieldPath, Any]]:
+def leaves(value: Any) -> list[tuple[FieldPath, Any]]:
     """Every leaf of a sample (or batch) with its path of keys and indices.
 
-    A list of strings (a collated batch of them) is one leaf.
+    A list of strings (a collated batch of them) and an empty list are one leaf each.
     """
-    if isinstance(value, Mapping):
-        return [leaf for k, v in value.items() for leaf in leaves(v, (*path, k))]
-    if (
-        isinstance(value, (tuple, list))
-        and value
-        and not all(isinstance(v, (str, bytes)) for v in value)
-    ):
-        return [leaf for k, v in enumerate(value) for leaf in leaves(v, (*path, k))]
-    return [(path, value)]
+    return list(walk(value, is_leaf=_one_field))
+
+
+def _one_field(container: Any) -> bool:
+    """An empty sequence, or one of strings only: described as one field."""
+    return not isinstance(container, Mapping) and all(
+        isinstance(v, (str, bytes)) for v in container
+    )
 
 
 def get(value: Any, path: FieldPath) -> Any:

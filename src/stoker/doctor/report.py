@@ -168,6 +168,7 @@ def plural(n: int, word: str) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    # not _tree.map_leaves: JSON wants plain dicts and lists, not each container's own type
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -23,7 +23,7 @@ import pickle
 import time
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from stoker._errors import ShmError, WorkerError
 from stoker._resume import Progress
-from stoker._tree import rebuild
+from stoker._tree import map_leaves
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner
 from stoker.engine.fetch import summary
@@ -676,10 +676,12 @@ def _strip_header(text: str) -> str:
 
 def _copy_tree(obj: Any) -> Any:
     """Copies every array out of shared memory, so the batch's slot is freed at once."""
-    if isinstance(obj, np.ndarray):
-        return obj.copy()
-    if hasattr(obj, "numpy") and hasattr(obj, "clone"):
-        return obj.clone()
-    if isinstance(obj, (Mapping, list, tuple)):
-        return rebuild(obj, _copy_tree)
-    return obj
+    return map_leaves(obj, _copy_leaf)
+
+
+def _copy_leaf(leaf: Any) -> Any:
+    if isinstance(leaf, np.ndarray):
+        return leaf.copy()
+    if hasattr(leaf, "numpy") and hasattr(leaf, "clone"):  # a torch tensor
+        return leaf.clone()
+    return leaf

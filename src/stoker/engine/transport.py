@@ -19,12 +19,13 @@ from __future__ import annotations
 import io
 import pickle
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from stoker._tree import leaves
 from stoker.engine import segments
 from stoker.engine.slots import OneoffWriter, SlotAllocator, SlotKind, SlotRef
 
@@ -193,20 +194,22 @@ def decode(payload: bytes, lease: Callable[[int], object]) -> tuple[Any, set[Any
 
 def array_bytes(obj: Any) -> tuple[int, int]:
     """(bytes, count) of the shared-memory-worthy arrays and tensors in a batch tree."""
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject or obj.nbytes < INLINE_MAX_BYTES:
-            return 0, 0
-        return obj.nbytes, 1
-    if hasattr(obj, "numpy") and hasattr(obj, "element_size"):  # a torch tensor
-        nbytes = obj.numel() * obj.element_size()
-        return (nbytes, 1) if nbytes >= INLINE_MAX_BYTES else (0, 0)
-    if isinstance(obj, Mapping):
-        obj = obj.values()
-    elif not isinstance(obj, (list, tuple)):
-        return 0, 0
     total = count = 0
-    for item in obj:
-        nbytes, n = array_bytes(item)
-        total += nbytes
-        count += n
+    for leaf in leaves(obj):
+        nbytes = _shared_bytes(leaf)
+        if nbytes:
+            total += nbytes
+            count += 1
     return total, count
+
+
+def _shared_bytes(leaf: Any) -> int:
+    """The bytes of an array or tensor that would travel in shared memory, else 0."""
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype.hasobject or leaf.nbytes < INLINE_MAX_BYTES:
+            return 0
+        return leaf.nbytes
+    if hasattr(leaf, "numpy") and hasattr(leaf, "element_size"):  # a torch tensor
+        nbytes = leaf.numel() * leaf.element_size()
+        return nbytes if nbytes >= INLINE_MAX_BYTES else 0
+    return 0

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from stoker._tree import rebuild
+from stoker._tree import is_container, rebuild
 
-__all__ = ["is_container", "rebuild", "to_tensors"]
+__all__ = ["to_tensors"]
 
 # The dtypes torch.from_numpy accepts (torch/csrc/utils/tensor_numpy.cpp).
 _TORCH_DTYPES = frozenset(
@@ -24,13 +24,6 @@ _TORCH_DTYPES = frozenset(
         "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool",
     )
 )  # fmt: skip
-
-
-def is_container(data: Any) -> bool:
-    """A mapping or sequence whose elements a batch walk visits (not a string or an array)."""
-    return isinstance(data, (collections.abc.Mapping, collections.abc.Sequence)) and not isinstance(
-        data, (str, bytes, bytearray, memoryview, range, np.ndarray, torch.Tensor)
-    )
 
 
 def _array_to_tensor(array: np.ndarray) -> Any:
@@ -61,6 +54,8 @@ def to_tensors(data: Any, *, torch_strings: bool, in_sequence: bool = False) -> 
         return data if isinstance(converted, np.ndarray) else converted
     if not is_container(data):
         return data
+    # walked level by level rather than by _tree.map_leaves: a list of strings is converted
+    # whole, and how depends on the container it sits in
     if (
         torch_strings
         and in_sequence

@@ -7,7 +7,6 @@ queue, so that ``batch.to(device, non_blocking=True)`` overlaps with compute.
 
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 import queue
 import threading
@@ -17,7 +16,7 @@ from typing import Any
 
 import torch
 
-from stoker.torch._convert import is_container, rebuild
+from stoker._tree import leaves, map_leaves
 
 __all__ = ["PinningIterator", "accelerator_pin_function", "pin_batch"]
 
@@ -50,8 +49,7 @@ def pin_batch(batch: Any, allocate: Callable[[int], Any] = _allocate_pinned) -> 
     ``allocate(nbytes)`` returns the 1-D uint8 buffer (tests pass a CPU allocator to
     check the carving where no accelerator exists).
     """
-    tensors: dict[int, Any] = {}
-    _collect_pinnable(batch, tensors)
+    tensors = {id(t): t for t in leaves(batch) if _carvable(t)}
     views: dict[int, Any] = {}
     if tensors:
         sizes = {key: t.numel() * t.element_size() for key, t in tensors.items()}
@@ -71,6 +69,7 @@ def pin_batch(batch: Any, allocate: Callable[[int], Any] = _allocate_pinned) -> 
 
 
 def _carvable(t: Any) -> bool:
+    """A plain, dense CPU tensor not pinned yet: one that is copied into the batch's block."""
     return (
         type(t) is torch.Tensor
         and t.layout == torch.strided
@@ -80,31 +79,21 @@ def _carvable(t: Any) -> bool:
     )
 
 
-def _collect_pinnable(data: Any, found: dict[int, Any]) -> None:
-    if isinstance(data, torch.Tensor):
-        if _carvable(data):
-            found[id(data)] = data
-    elif is_container(data):
-        values = data.values() if isinstance(data, collections.abc.Mapping) else data
-        for v in values:
-            _collect_pinnable(v, found)
-
-
 def _replace_pinned(data: Any, views: dict[int, Any]) -> Any:
-    if isinstance(data, torch.Tensor):
-        view = views.get(id(data))
+    return map_leaves(data, lambda leaf: _pinned_leaf(leaf, views))
+
+
+def _pinned_leaf(leaf: Any, views: dict[int, Any]) -> Any:
+    if isinstance(leaf, torch.Tensor):
+        view = views.get(id(leaf))
         if view is not None:
             return view
-        if data.device.type == "cpu" and not data.is_pinned():
-            return data.pin_memory()  # sparse, quantized or subclassed: torch's own way
-        return data
-    if isinstance(data, (str, bytes)):
-        return data
-    if is_container(data):
-        return rebuild(data, lambda v: _replace_pinned(v, views))
-    if hasattr(data, "pin_memory"):  # a custom batch type, as torch allows
-        return data.pin_memory()
-    return data
+        if leaf.device.type == "cpu" and not leaf.is_pinned():
+            return leaf.pin_memory()  # sparse, quantized or subclassed: torch's own way
+        return leaf
+    if hasattr(leaf, "pin_memory"):  # a custom batch type, as torch allows
+        return leaf.pin_memory()
+    return leaf
 
 
 def accelerator_pin_function() -> tuple[Callable[[Any], Any], Callable[[], None]] | str:

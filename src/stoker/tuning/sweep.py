@@ -38,12 +38,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from stoker._proc import usable_cpus
+from stoker._tree import leaves
 from stoker._validate import check_int, is_int
 from stoker.tuning.background_load import BackgroundLoad
 from stoker.tuning.peak_memory import PeakMemory
 
 __all__ = [
-    "BackgroundLoad",
     "KNEE_FRACTION",
     "SweepPoint",
     "SweepProgress",
@@ -239,16 +239,16 @@ def batch_nbytes(batch: Any) -> int:
         >>> batch_nbytes({"x": np.zeros((4, 3), np.float32), "y": [1, 2, 3, 4]})
         80
     """
-    nbytes = getattr(batch, "nbytes", None)
+    return sum(map(_leaf_nbytes, leaves(batch)))
+
+
+def _leaf_nbytes(leaf: Any) -> int:
+    nbytes = getattr(leaf, "nbytes", None)
     if isinstance(nbytes, int):
         return nbytes
-    if isinstance(batch, (str, bytes, bytearray)):
-        return len(batch)
-    if isinstance(batch, Mapping):
-        return sum(batch_nbytes(v) for v in batch.values())
-    if isinstance(batch, (list, tuple)):
-        return sum(batch_nbytes(v) for v in batch)
-    if isinstance(batch, (int, float, complex)):
+    if isinstance(leaf, (str, bytes, bytearray)):
+        return len(leaf)
+    if isinstance(leaf, (int, float, complex)):
         return 8
     return 0
 
@@ -406,6 +406,7 @@ def _int_list(name: str, values: tuple[Any, ...], minimum: int) -> tuple[int, ..
 
 def _batch_len(batch: Any) -> int:
     """Samples in a batch: the leading dimension of its first array (or its length)."""
+    # not a _tree walk: it follows the first element only, and a list of numbers is a field
     while True:
         shape = getattr(batch, "shape", None)
         if shape is not None and len(shape) > 0:

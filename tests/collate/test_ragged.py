@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collate.allocators import Pool
 from stoker._errors import CollateError
 from stoker.collate import RaggedCollate, collate_into
 
@@ -184,21 +185,13 @@ def test_call_time_errors():
 
 
 def test_collate_into_covers_every_array():
-    pool = np.zeros(1 << 13, np.uint8)
-    used = [0]
-
-    def take(shape, dtype):
-        n = int(np.prod(shape)) * dtype.itemsize
-        start = -(-used[0] // 64) * 64
-        used[0] = start + n
-        return pool[start : start + n].view(dtype).reshape(shape)
-
+    pool = Pool()
     collate_fn = RaggedCollate(("boxes", "labels"), prepend_batch_index=("boxes",), counts_key="n")
     plain = collate_fn(detection_batch())
-    with collate_into(take):
+    with collate_into(pool):
         pooled = collate_fn(detection_batch())
     for key in plain:
-        assert np.shares_memory(pooled[key], pool), key
+        assert np.shares_memory(pooled[key], pool.buffer), key
         assert pooled[key].dtype == plain[key].dtype
         np.testing.assert_array_equal(pooled[key], plain[key])
 

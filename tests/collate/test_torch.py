@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="torch is the oracle for default_collate parity")
 from torch.utils.data import default_collate as torch_default_collate  # noqa: E402
 
+from collate.allocators import Pool  # noqa: E402
 from stoker._errors import CollateError  # noqa: E402
 from stoker._stacked import StackedSamples  # noqa: E402
 from stoker.collate import collate_into, default_collate, pad_collate  # noqa: E402
@@ -195,25 +196,17 @@ def test_stacked_samples_with_tensor_columns():
 
 
 def test_collate_into_stacks_tensors_into_allocator_memory():
-    pool = np.zeros(4096, np.uint8)
-    offset = [0]
-
-    def take(shape, dtype):
-        n = int(np.prod(shape)) * dtype.itemsize
-        view = pool[offset[0] : offset[0] + n].view(dtype).reshape(shape)
-        offset[0] += -(-n // 64) * 64
-        return view
-
+    pool = Pool()
     batch = [
         {"t": torch.full((2, 2), float(i)), "bf": torch.ones(2, dtype=torch.bfloat16)}
         for i in range(3)
     ]
-    with collate_into(take):
+    with collate_into(pool):
         out = default_collate(batch)
         padded = pad_collate([(torch.tensor([1, 2]),), (torch.tensor([3]),)])
-    assert np.shares_memory(out["t"].numpy(), pool)
+    assert np.shares_memory(out["t"].numpy(), pool.buffer)
     assert torch.equal(out["t"], torch_default_collate(batch)["t"])
     # bfloat16 has no numpy dtype: stacked normally
     assert torch.equal(out["bf"], torch_default_collate(batch)["bf"])
-    assert np.shares_memory(padded[0].numpy(), pool)
+    assert np.shares_memory(padded[0].numpy(), pool.buffer)
     assert padded[0].tolist() == [[1, 2], [3, 0]]

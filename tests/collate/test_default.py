@@ -1,21 +1,24 @@
 """default_collate, collate, the registry, default_convert, StackedSamples, collate_into.
 
-Torch parity lives in test_collate_torch.py; these tests need numpy only.
+Torch parity lives in test_torch.py; these tests need numpy only.
 """
 
 from __future__ import annotations
 
+import ast
 import collections
 import importlib
 import subprocess
 import sys
 from collections import OrderedDict, namedtuple
 from fractions import Fraction
+from pathlib import Path
 from types import MappingProxyType
 
 import numpy as np
 import pytest
 
+from collate.allocators import Pool
 from stoker._errors import CollateError
 from stoker._stacked import StackedSamples
 from stoker.collate import (
@@ -43,6 +46,24 @@ def test_import_does_not_import_torch():
     code = "import sys, stoker.collate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _collate_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return {name for name in found if name.startswith("stoker.collate")}
+
+
+def test_the_collate_modules_import_the_registry_and_never_the_package():
+    package = Path(collate_module.__file__).parent
+    for path in sorted(package.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        allowed = {"stoker.collate._registry", "stoker.collate._fields"} - {f"stoker.collate.{path.stem}"}
+        if path.stem == "_registry":
+            allowed = set()
+        assert _collate_imports(path) <= allowed, f"{path.name} imports {_collate_imports(path) - allowed}"
 
 
 # ----------------------------------------------------------------- leaf types
@@ -466,7 +487,7 @@ def test_stacked_samples_use_the_one_copy_path(monkeypatch):
         default_collate(StackedSamples((np.zeros((2, 2)),)))
     monkeypatch.undo()
     # ... and with the default map, np.stack is not called at all
-    monkeypatch.setattr(collate_module.np, "stack", fail)
+    monkeypatch.setattr(np, "stack", fail)
     out = default_collate(StackedSamples((np.zeros((2, 2)),)))
     assert out[0].shape == (2, 2)
 
@@ -477,24 +498,6 @@ def test_stacked_samples_with_zero_rows():
 
 
 # ----------------------------------------------------------------- collate_into
-
-
-class Pool:
-    """Hands out aligned views of one big byte buffer, recording each."""
-
-    def __init__(self, nbytes=1 << 16):
-        self.buffer = np.zeros(nbytes, np.uint8)
-        self.offset = 0
-        self.handed = []
-
-    def __call__(self, shape, dtype):
-        assert isinstance(shape, tuple) and isinstance(dtype, np.dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        start = -(-self.offset // 64) * 64
-        view = self.buffer[start : start + n].view(dtype).reshape(shape)
-        self.offset = start + n
-        self.handed.append(view)
-        return view
 
 
 def _arrays(tree):

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collate.allocators import Pool
 from stoker._errors import CollateError
 from stoker.collate import PadCollate, collate_into, pad_collate
 
@@ -186,21 +187,13 @@ def test_mask_and_lengths_can_be_turned_off():
 
 
 def test_collate_into_covers_padded_fields_mask_and_lengths():
-    pool = np.zeros(1 << 12, np.uint8)
-    used = [0]
-
-    def take(shape, dtype):
-        n = int(np.prod(shape)) * dtype.itemsize
-        start = -(-used[0] // 64) * 64
-        used[0] = start + n
-        return pool[start : start + n].view(dtype).reshape(shape)
-
+    pool = Pool()
     batch = [{"ids": [1, 2, 3], "label": 0}, {"ids": [4], "label": 1}]
-    with collate_into(take):
+    with collate_into(pool):
         out = pad_collate(batch)
     plain = pad_collate(batch)
     for key in plain:
-        assert np.shares_memory(out[key], pool), key
+        assert np.shares_memory(out[key], pool.buffer), key
         np.testing.assert_array_equal(out[key], plain[key])
         assert out[key].dtype == plain[key].dtype
 

@@ -1,0 +1,1 @@
+"""Tests of stoker.cli: the stoker command and its subcommands."""

@@ -1,0 +1,1 @@
+"""Tests of stoker.collate: the default collate and its registry, padding, ragged fields, torch tensors."""

@@ -1,0 +1,1 @@
+"""Tests of stoker.doctor; synthetic.py holds the datasets they diagnose."""

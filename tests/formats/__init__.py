@@ -1,0 +1,1 @@
+"""Tests of stoker.formats; damage.py holds the ways the integrity tests corrupt files."""

@@ -1,0 +1,1 @@
+"""Tests with training frameworks (accelerate, Lightning, Hugging Face datasets)."""

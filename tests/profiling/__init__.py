@@ -1,0 +1,1 @@
+"""Tests of stoker.profiling: loader statistics, the profiler, autotuning."""

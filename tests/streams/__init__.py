@@ -1,0 +1,1 @@
+"""Tests of stoker.streams: shuffle buffers, bucketing, mixing, and stream resume."""

@@ -1,0 +1,1 @@
+"""Tests of stoker.torch (not tests/torch: a package of that name would shadow torch)."""

@@ -1,0 +1,1 @@
+"""Tests of stoker.tuning: the sweep, its knee and its measurements."""

@@ -1,0 +1,1 @@
+"""Tests of stoker.vision: decoding and transforms."""
