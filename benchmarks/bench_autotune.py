@@ -44,7 +44,11 @@ def main() -> None:
     args = parser.parse_args()
     settings: list[int | str] = [*range(1, cpu_budget() + 1), "auto"]
     print(f"cores: {cpu_budget()}; settings: {settings}\n")
-    print("| workload | " + " | ".join(f"workers={s}" for s in settings) + " | auto / best fixed | tuner decisions |")
+    print(
+        "| workload | "
+        + " | ".join(f"workers={s}" for s in settings)
+        + " | auto / best fixed | tuner decisions |"
+    )
     print("|---|" + "---:|" * len(settings) + "---:|---|")
     for name in args.workloads.split(","):
         make, batch_size = WORKLOADS[name]
@@ -55,20 +59,30 @@ def main() -> None:
             for setting in settings:
                 auto = setting == "auto"
                 loader = stoker.DataLoader(
-                    dataset, batch_size=batch_size, num_workers=setting,
-                    prefetch_factor="auto" if auto else None, persistent_workers=True,
+                    dataset,
+                    batch_size=batch_size,
+                    num_workers=setting,
+                    prefetch_factor="auto" if auto else None,
+                    persistent_workers=True,
                 )
                 rates[setting].append(epoch_rate(loader))
                 if auto:
                     decisions = loader.stats().autotune
-                    committed = (loader._pool.batch_bytes or 0) * (loader.num_workers * loader.prefetch_factor + 2)
+                    committed = (loader._pool.batch_bytes or 0) * (
+                        loader.num_workers * loader.prefetch_factor + 2
+                    )
                     if committed > loader.memory_budget:
-                        raise AssertionError(f"autotune committed {committed} bytes over {loader.memory_budget}")
+                        raise AssertionError(
+                            f"autotune committed {committed} bytes over {loader.memory_budget}"
+                        )
                 loader.close()
         medians = {s: statistics.median(r) for s, r in rates.items()}
         best = max(v for s, v in medians.items() if s != "auto")
         cells = " | ".join(f"{medians[s]:,.1f}" for s in settings)
-        print(f"| {name} | {cells} | {medians['auto'] / best:.2f} | {'; '.join(decisions) or 'none'} |")
+        print(
+            f"| {name} | {cells} | {medians['auto'] / best:.2f} | "
+            f"{'; '.join(decisions) or 'none'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -333,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="num_workers of every loader")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds")
     parser.add_argument(
-        "--formats", default=",".join(FORMATS), help="comma-separated subset of " + ",".join(FORMATS)
+        "--formats",
+        default=",".join(FORMATS),
+        help="comma-separated subset of " + ",".join(FORMATS),
     )
     parser.add_argument(
         "--in-memory", action="store_true", help="keep the Arrow table in RAM, not memory-mapped"
@@ -382,7 +384,10 @@ def main(argv: list[str] | None = None) -> int:
             "command": args.command,
             "settings": {k: v for k, v in vars(args).items() if k != "command"},
             "environment": env,
-            "formats": {r.format: {n: [asdict(e) for e in es] for n, es in r.epochs.items()} for r in results},
+            "formats": {
+                r.format: {n: [asdict(e) for e in es] for n, es in r.epochs.items()}
+                for r in results
+            },
         }
         with open(args.json, "w") as f:
             json.dump(payload, f, indent=2)

@@ -77,10 +77,39 @@ def part1() -> None:
     print("|---|---|---:|---:|---:|")
     growth = {}
     for name, make_loader, holder in [
-        ("torch.utils.data", lambda ds: torch.utils.data.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True), list),
-        ("stoker", lambda ds: stoker.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True), list),
-        ("stoker", lambda ds: stoker.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True), StringArray),
-        ("stoker, compact_dataset=True", lambda ds: stoker.DataLoader(ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True, compact_dataset=True), list),
+        (
+            "torch.utils.data",
+            lambda ds: torch.utils.data.DataLoader(
+                ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True
+            ),
+            list,
+        ),
+        (
+            "stoker",
+            lambda ds: stoker.DataLoader(
+                ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True
+            ),
+            list,
+        ),
+        (
+            "stoker",
+            lambda ds: stoker.DataLoader(
+                ds, batch_size=256, num_workers=2, sampler=subset, persistent_workers=True
+            ),
+            StringArray,
+        ),
+        (
+            "stoker, compact_dataset=True",
+            lambda ds: stoker.DataLoader(
+                ds,
+                batch_size=256,
+                num_workers=2,
+                sampler=subset,
+                persistent_workers=True,
+                compact_dataset=True,
+            ),
+            list,
+        ),
     ]:
         dataset = PathDataset(holder(make_paths()))
         loader = make_loader(dataset)
@@ -92,7 +121,10 @@ def part1() -> None:
         end = total_pss(os.getpid())
         label = "list" if holder is list else "StringArray"
         growth[(name, label)] = end - start
-        print(f"| {name} | {label} | {start / 2**20:,.0f} | {end / 2**20:,.0f} | {(end - start) / 2**20:+,.0f} |")
+        print(
+            f"| {name} | {label} | {start / 2**20:,.0f} | {end / 2**20:,.0f} | "
+            f"{(end - start) / 2**20:+,.0f} |"
+        )
         del loader, dataset
     ratio = growth[("stoker", "StringArray")] / max(1, growth[("torch.utils.data", "list")])
     print(f"\nstoker+StringArray growth / torch+list growth = {100 * ratio:.1f}% (target <= 10%)")
@@ -105,7 +137,11 @@ def part2() -> None:
     rows = []
     for workers in (1, 2, 4):
         loader = stoker.DataLoader(
-            dataset, batch_size=64, num_workers=workers, multiprocessing_context="spawn", persistent_workers=True
+            dataset,
+            batch_size=64,
+            num_workers=workers,
+            multiprocessing_context="spawn",
+            persistent_workers=True,
         )
         began = time.perf_counter()
         it = iter(loader)

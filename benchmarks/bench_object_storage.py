@@ -21,7 +21,8 @@ data shard (a consumed shard must not be fetched again).
 ``--ranged`` measures what random access to a few records costs both ways: ranged GETs
 of each record (``fs.cat_file(url, start, end)``) against downloading the shards that
 hold them. ``--litdata`` (in an environment that has litdata) adds LitData's
-``StreamingDataset`` over the same records and server. ``--clients`` measures the two candidate client libraries (fsspec + s3fs, and
+``StreamingDataset`` over the same records and server. ``--clients`` measures the two candidate
+client libraries (fsspec + s3fs, and
 obstore where installed) on whole-object and ranged GETs against the same server.
 
 Run: ``PYTHONPATH=src:tests .venv/bin/python benchmarks/bench_object_storage.py``
@@ -46,10 +47,10 @@ import numpy as np
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "tests"))
 
-from stoker import DataLoader  # noqa: E402
-from stoker.formats.packed import PackedDataset, PackedWriter  # noqa: E402
-from stoker.storage import ShardCache  # noqa: E402
-from storage.fault_proxy import FaultProxy, free_port  # noqa: E402
+from stoker import DataLoader
+from stoker.formats.packed import PackedDataset, PackedWriter
+from stoker.storage import ShardCache
+from storage.fault_proxy import FaultProxy, free_port
 
 _ENV = {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -145,7 +146,9 @@ def streaming(server: Server, args: argparse.Namespace, work: str) -> dict[str, 
     for round_ in range(args.rounds):
         cache_dir = tempfile.mkdtemp(prefix="bench-cache-", dir=work)
         cache = ShardCache(cache_dir, max_bytes=2 * args.shards * args.shard_mib * 2**20)
-        remote = PackedDataset(url, storage_options=server.options(), cache=cache, prefetch=args.prefetch)
+        remote = PackedDataset(
+            url, storage_options=server.options(), cache=cache, prefetch=args.prefetch
+        )
         local = PackedDataset(folder)
         if round_ % 2:
             times["local"].append(timed_epoch(local, args.batch_size, step_s))
@@ -155,7 +158,10 @@ def streaming(server: Server, args: argparse.Namespace, work: str) -> dict[str, 
             times["local"].append(timed_epoch(local, args.batch_size, step_s))
         remote.close()
         shutil.rmtree(cache_dir)
-        print(f"round {round_}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
+        print(
+            f"round {round_}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()),
+            flush=True,
+        )
     medians = {k: statistics.median(v) for k, v in times.items()}
     return {
         "medians_s": medians,
@@ -187,7 +193,12 @@ def resume(server: Server, url: str, args: argparse.Namespace) -> dict[str, Any]
     again.close()
     gets = [server.proxy.count(f"shard-{s:05d}.npy") for s in range(args.shards)]
     requests = sum(server.proxy.requests.values())
-    return {"consumed": consumed, "batches_after_resume": batches, "gets_per_shard": gets, "requests": requests}
+    return {
+        "consumed": consumed,
+        "batches_after_resume": batches,
+        "gets_per_shard": gets,
+        "requests": requests,
+    }
 
 
 def ranged(server: Server, url: str, folder: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -217,7 +228,12 @@ def ranged(server: Server, url: str, folder: str, args: argparse.Namespace) -> d
     whole.close()
     shutil.rmtree(cache)
     shards = len({int(np.searchsorted(starts, i, side="right") - 1) for i in picks})
-    return {"records": args.records, "ranged_s": ranged_s, "whole_s": whole_s, "shards_touched": shards}
+    return {
+        "records": args.records,
+        "ranged_s": ranged_s,
+        "whole_s": whole_s,
+        "shards_touched": shards,
+    }
 
 
 def litdata_epochs(server: Server, args: argparse.Namespace, work: str) -> dict[str, Any]:
@@ -248,17 +264,26 @@ def litdata_epochs(server: Server, args: argparse.Namespace, work: str) -> dict[
     url = server.upload(folder, "litdata")
     server.proxy.delay_s = args.latency_ms / 1000
     step_s = args.step_ms / 1000
-    options = {"endpoint_url": server.proxy.endpoint, "aws_access_key_id": "bench",
-               "aws_secret_access_key": "bench", "region_name": "us-east-1"}
+    options = {
+        "endpoint_url": server.proxy.endpoint,
+        "aws_access_key_id": "bench",
+        "aws_secret_access_key": "bench",
+        "region_name": "us-east-1",
+    }
     times: dict[str, list[float]] = {"litdata cold": [], "litdata cached": []}
     for round_ in range(args.rounds):
         cache_dir = tempfile.mkdtemp(prefix="bench-litdata-", dir=work)
-        ds = StreamingDataset(url, cache_dir=cache_dir, storage_options=options, max_pre_download=args.prefetch)
+        ds = StreamingDataset(
+            url, cache_dir=cache_dir, storage_options=options, max_pre_download=args.prefetch
+        )
         for name in times:
             loader = StreamingDataLoader(ds, batch_size=args.batch_size, num_workers=0)
             times[name].append(time_batches(loader, step_s))
         shutil.rmtree(cache_dir)
-        print(f"round {round_}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
+        print(
+            f"round {round_}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()),
+            flush=True,
+        )
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -320,14 +345,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shards", type=int, default=24)
     parser.add_argument("--shard-mib", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--step-ms", type=float, default=25.0, help="simulated training step per batch")
+    parser.add_argument(
+        "--step-ms", type=float, default=25.0, help="simulated training step per batch"
+    )
     parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every request")
     parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--records", type=int, default=32, help="records read at random with --ranged")
+    parser.add_argument(
+        "--records", type=int, default=32, help="records read at random with --ranged"
+    )
     parser.add_argument("--ranged", action="store_true")
     parser.add_argument("--clients", action="store_true")
-    parser.add_argument("--litdata", action="store_true", help="also LitData (needs litdata installed)")
+    parser.add_argument(
+        "--litdata", action="store_true", help="also LitData (needs litdata installed)"
+    )
     args = parser.parse_args(argv)
     server = Server()
     work = tempfile.mkdtemp(prefix="bench-object-storage-")
@@ -338,23 +369,41 @@ def main(argv: list[str] | None = None) -> None:
         result = streaming(server, args, work)
         m = result["medians_s"]
         step = f"{args.step_ms:g} ms step per batch of {args.batch_size} x 64 KiB"
-        print(f"\n{args.shards} shards x {args.shard_mib} MiB, {step}, +{args.latency_ms:g} ms per request, "
-              f"prefetch={args.prefetch}, median of {args.rounds} rounds")
+        print(
+            f"\n{args.shards} shards x {args.shard_mib} MiB, {step}, +{args.latency_ms:g} ms per "
+            f"request, prefetch={args.prefetch}, median of {args.rounds} rounds"
+        )
         print(f"  local disk      {m['local']:.3f} s")
-        print(f"  s3, cold cache  {m['s3 cold']:.3f} s  ratio {result['cold_ratio']:.3f}  (target >= 0.9)")
-        print(f"  s3, 2nd epoch   {m['s3 cached']:.3f} s  ratio {result['cached_ratio']:.3f}  (target >= 0.95)")
+        print(
+            f"  s3, cold cache  {m['s3 cold']:.3f} s  ratio {result['cold_ratio']:.3f}  (target "
+            ">= 0.9)"
+        )
+        print(
+            f"  s3, 2nd epoch   {m['s3 cached']:.3f} s  ratio {result['cached_ratio']:.3f}  "
+            "(target >= 0.95)"
+        )
         res = resume(server, result["url"], args)
         refetched = sum(res["gets_per_shard"][: res["consumed"]])
-        print(f"  resume after {res['consumed']} shards: GETs of consumed shards {refetched}, "
-              f"GETs per shard {res['gets_per_shard']}, requests in all {res['requests']}")
+        print(
+            f"  resume after {res['consumed']} shards: GETs of consumed shards {refetched}, "
+            f"GETs per shard {res['gets_per_shard']}, requests in all {res['requests']}"
+        )
         if args.litdata:
             lit = litdata_epochs(server, args, work)
-            print(f"  litdata, cold   {lit['litdata cold']:.3f} s  ratio {m['local'] / lit['litdata cold']:.3f}")
-            print(f"  litdata, cached {lit['litdata cached']:.3f} s  ratio {m['local'] / lit['litdata cached']:.3f}")
+            print(
+                f"  litdata, cold   {lit['litdata cold']:.3f} s  ratio "
+                f"{m['local'] / lit['litdata cold']:.3f}"
+            )
+            print(
+                f"  litdata, cached {lit['litdata cached']:.3f} s  ratio "
+                f"{m['local'] / lit['litdata cached']:.3f}"
+            )
         if args.ranged:
             r = ranged(server, result["url"], result["folder"], args)
-            print(f"  {r['records']} random records over {r['shards_touched']} shards: ranged GETs "
-                  f"{r['ranged_s']:.3f} s, whole shards {r['whole_s']:.3f} s")
+            print(
+                f"  {r['records']} random records over {r['shards_touched']} shards: ranged GETs "
+                f"{r['ranged_s']:.3f} s, whole shards {r['whole_s']:.3f} s"
+            )
     finally:
         server.close()
         shutil.rmtree(work, ignore_errors=True)

@@ -128,7 +128,9 @@ def resident_fraction(files: list[str]) -> float | None:
         chunk = files[start : start + 500]
         out = subprocess.run(
             ["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", *chunk],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout
         for line in out.splitlines():
             res, size = line.split()[:2]
@@ -214,7 +216,10 @@ def compare_containers(count: int, method: str, repeats: int = 3) -> list[dict[s
 
         def arrow_write(d: str) -> None:
             schema = pa.schema([("data", pa.binary())])
-            with pa.OSFile(f"{d}/data.arrow", "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            with (
+                pa.OSFile(f"{d}/data.arrow", "wb") as sink,
+                pa.ipc.new_file(sink, schema) as writer,
+            ):
                 for s in range(0, count, rows_per_batch):
                     column = pa.array(records[s : s + rows_per_batch], pa.binary())
                     writer.write_batch(pa.record_batch([column], schema=schema))
@@ -224,9 +229,14 @@ def compare_containers(count: int, method: str, repeats: int = 3) -> list[dict[s
             return [reader.get_batch(k).column(0) for k in range(reader.num_record_batches)]
 
         def arrow_read(columns: Any) -> int:
-            return sum(zlib.crc32(columns[i // rows_per_batch][i % rows_per_batch].as_buffer()) for i in order)
+            return sum(
+                zlib.crc32(columns[i // rows_per_batch][i % rows_per_batch].as_buffer())
+                for i in order
+            )
 
-        candidates.append((f"Arrow IPC file, pyarrow {pa.__version__}", arrow_write, arrow_open, arrow_read, None))
+        candidates.append(
+            (f"Arrow IPC file, pyarrow {pa.__version__}", arrow_write, arrow_open, arrow_read, None)
+        )
     try:
         import lmdb
     except ImportError:
@@ -247,7 +257,15 @@ def compare_containers(count: int, method: str, repeats: int = 3) -> list[dict[s
             with env.begin(buffers=True) as txn:
                 return sum(zlib.crc32(txn.get(i.to_bytes(8, "big"))) for i in order)
 
-        candidates.append((f"LMDB, lmdb {lmdb.__version__}", lmdb_write, lmdb_open, lmdb_read, lambda env: env.close()))
+        candidates.append(
+            (
+                f"LMDB, lmdb {lmdb.__version__}",
+                lmdb_write,
+                lmdb_open,
+                lmdb_read,
+                lambda env: env.close(),
+            )
+        )
     try:
         for name, write, open_, read, close in candidates:
             d = tempfile.mkdtemp(dir=root)
@@ -269,20 +287,29 @@ def compare_containers(count: int, method: str, repeats: int = 3) -> list[dict[s
             if close is not None:
                 close(state)
             del state
-            rows.append({
-                "container": name, "overhead": size / len(blob) - 1, "open_cold_ms": open_s * 1e3,
-                "warm_us": warm_s / count * 1e6, "cold_us": cold_s / count * 1e6,
-            })
+            rows.append(
+                {
+                    "container": name,
+                    "overhead": size / len(blob) - 1,
+                    "open_cold_ms": open_s * 1e3,
+                    "warm_us": warm_s / count * 1e6,
+                    "cold_us": cold_s / count * 1e6,
+                }
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     crc_us = _timed(lambda: [zlib.crc32(r) for r in records]) / count * 1e6
-    print(f"{count} records of 3-9 KB ({len(blob) / 1e6:.0f} MB), random order, crc32 over each record read "
-          f"(crc32 alone: {crc_us:.2f} us per record); cold cache by {method}")
+    print(
+        f"{count} records of 3-9 KB ({len(blob) / 1e6:.0f} MB), random order, crc32 over each "
+        f"record read (crc32 alone: {crc_us:.2f} us per record); cold cache by {method}"
+    )
     print("| container | size overhead | open (cold) | random read, warm | random read, cold |")
     print("|---|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['container']} | {100 * row['overhead']:.2f}% | {row['open_cold_ms']:.1f} ms | "
-              f"{row['warm_us']:.1f} us | {row['cold_us']:.1f} us |")
+        print(
+            f"| {row['container']} | {100 * row['overhead']:.2f}% | {row['open_cold_ms']:.1f} ms | "
+            f"{row['warm_us']:.1f} us | {row['cold_us']:.1f} us |"
+        )
     return rows
 
 
@@ -312,41 +339,63 @@ def compare_verify(packed_dir: str, args: argparse.Namespace) -> dict[str, Any]:
             start = time.perf_counter()
             ds = PackedDataset(packed_dir, verify=mode)
             results[str(mode)]["open_ms"].append((time.perf_counter() - start) * 1e3)
-            sampler = stoker.BlockShuffleSampler(ds, block_size=args.block_size, window=args.window, generator=r)
+            sampler = stoker.BlockShuffleSampler(
+                ds, block_size=args.block_size, window=args.window, generator=r
+            )
             order_of_reads = list(sampler)
             start = time.perf_counter()
             for s in range(0, len(order_of_reads), args.batch_size):
                 ds.__getitems__(order_of_reads[s : s + args.batch_size])
             results[str(mode)]["fetch_us"].append((time.perf_counter() - start) / len(ds) * 1e6)
             jpegs = PackedJpegDataset(packed_dir, crop=args.crop, verify=mode)
-            sampler = stoker.BlockShuffleSampler(jpegs, block_size=args.block_size, window=args.window, generator=r)
+            sampler = stoker.BlockShuffleSampler(
+                jpegs, block_size=args.block_size, window=args.window, generator=r
+            )
             rate = time_epoch(jpegs, sampler, args.batch_size, args.workers)
             results[str(mode)]["epoch_batches_s"].append(rate)
             print(
-                f"round {r + 1}/{args.rounds} verify={mode!r:7}: open {results[str(mode)]['open_ms'][-1]:8.1f} ms, "
-                f"fetch {results[str(mode)]['fetch_us'][-1]:6.2f} us/record, epoch {rate:6.1f} batches/s",
+                f"round {r + 1}/{args.rounds} verify={mode!r:7}: open "
+                f"{results[str(mode)]['open_ms'][-1]:8.1f} ms, fetch "
+                f"{results[str(mode)]['fetch_us'][-1]:6.2f} us/record, epoch {rate:6.1f} "
+                "batches/s",
                 flush=True,
             )
     base = results["False"]
     print()
     print(
-        f"PackedDataset(verify=...), {len(PackedDataset(packed_dir))} records; median of {args.rounds} rounds, "
-        "ratio to verify=False with the per-round range in brackets"
+        f"PackedDataset(verify=...), {len(PackedDataset(packed_dir))} records; median of "
+        f"{args.rounds} rounds, ratio to verify=False with the per-round range in brackets"
     )
-    print("| verify | open (ms) | ratio | bare fetch (us/record) | ratio | JPEG epoch (batches/s) | epoch time ratio |")
+    print(
+        "| verify | open (ms) | ratio | bare fetch (us/record) | ratio | JPEG epoch (batches/s) "
+        "| epoch time ratio |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     summary: dict[str, Any] = {"rounds": results}
     for mode in VERIFY_MODES:
         row = results[str(mode)]
         cells = []
-        for key, higher_is_faster in (("open_ms", False), ("fetch_us", False), ("epoch_batches_s", True)):
+        for key, higher_is_faster in (
+            ("open_ms", False),
+            ("fetch_us", False),
+            ("epoch_batches_s", True),
+        ):
             per_round = [
-                (b / v if higher_is_faster else v / b) for v, b in zip(row[key], base[key], strict=True)
+                (b / v if higher_is_faster else v / b)
+                for v, b in zip(row[key], base[key], strict=True)
             ]
             median = statistics.median(row[key])
-            ratio = (statistics.median(base[key]) / median) if higher_is_faster else median / statistics.median(base[key])
+            ratio = (
+                (statistics.median(base[key]) / median)
+                if higher_is_faster
+                else median / statistics.median(base[key])
+            )
             cells.append(f"{median:.2f} | {ratio:.2f}x [{min(per_round):.2f}-{max(per_round):.2f}]")
-            summary.setdefault(str(mode), {})[key] = {"median": median, "ratio": ratio, "per_round": per_round}
+            summary.setdefault(str(mode), {})[key] = {
+                "median": median,
+                "ratio": ratio,
+                "per_round": per_round,
+            }
         print(f"| {mode!r} | " + " | ".join(cells) + " |")
     return summary
 
@@ -357,21 +406,44 @@ def compare_verify(packed_dir: str, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=12000, help="JPEG files (default 12000)")
-    parser.add_argument("--sizes", default="64,96,128", help="image sides, used in turn (default 64,96,128)")
+    parser.add_argument(
+        "--sizes", default="64,96,128", help="image sides, used in turn (default 64,96,128)"
+    )
     parser.add_argument("--crop", type=int, default=56, help="random crop side (default 56)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--block-size", type=int, default=256, help="BlockShuffleSampler block (default 256)")
-    parser.add_argument("--window", type=int, default=4, help="BlockShuffleSampler window (default 4)")
-    parser.add_argument("--shard-mb", type=int, default=8, help="shard size limit in MiB (default 8)")
+    parser.add_argument(
+        "--block-size", type=int, default=256, help="BlockShuffleSampler block (default 256)"
+    )
+    parser.add_argument(
+        "--window", type=int, default=4, help="BlockShuffleSampler window (default 4)"
+    )
+    parser.add_argument(
+        "--shard-mb", type=int, default=8, help="shard size limit in MiB (default 8)"
+    )
     parser.add_argument("--evict", choices=("auto", "drop_caches", "fadvise"), default="auto")
-    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
-                        help="before each epoch, wait up to S seconds for other processes to leave the CPUs idle")
-    parser.add_argument("--containers", type=int, nargs="?", const=20000, metavar="N",
-                        help="instead: compare candidate containers on N records (default 20000; needs pyarrow, lmdb)")
-    parser.add_argument("--verify", action="store_true",
-                        help="instead: the cost of each PackedDataset(verify=...) mode on the packed JPEGs")
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each epoch, wait up to S seconds for other processes to leave the CPUs idle",
+    )
+    parser.add_argument(
+        "--containers",
+        type=int,
+        nargs="?",
+        const=20000,
+        metavar="N",
+        help="instead: compare candidate containers on N records (default 20000; needs pyarrow, "
+        "lmdb)",
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="instead: the cost of each PackedDataset(verify=...) mode on the packed JPEGs",
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -398,10 +470,18 @@ def main(argv: list[str] | None = None) -> int:
                 folder.remove()
             shutil.rmtree(packed_dir, ignore_errors=True)
         summary["setup"] = {
-            "count": len(paths), "sizes": sizes, "shards": len(shards), "git": _git_commit(),
-            "python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
+            "count": len(paths),
+            "sizes": sizes,
+            "shards": len(shards),
+            "git": _git_commit(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cpus": os.cpu_count(),
         }
-        print(f"git {_git_commit()}; {len(paths)} JPEGs in {len(shards)} shards; load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"git {_git_commit()}; {len(paths)} JPEGs in {len(shards)} shards; load average "
+            f"{os.getloadavg()[0]:.2f}"
+        )
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(summary, f, indent=1)
@@ -409,13 +489,16 @@ def main(argv: list[str] | None = None) -> int:
     loose_bytes = sum(os.path.getsize(p) for p in paths)
     packed_bytes = sum(os.path.getsize(p) for p in packed_files)
     print(
-        f"{len(paths)} JPEGs ({'/'.join(map(str, sizes))} px, {loose_bytes / len(paths) / 1e3:.1f} KB mean, "
-        f"{loose_bytes / 1e6:.1f} MB) written and packed into {len(shards)} shards ({packed_bytes / 1e6:.1f} MB) "
-        f"in {time.perf_counter() - t0:.1f} s; cold cache by {method}",
+        f"{len(paths)} JPEGs ({'/'.join(map(str, sizes))} px, "
+        f"{loose_bytes / len(paths) / 1e3:.1f} KB mean, {loose_bytes / 1e6:.1f} MB) written and "
+        f"packed into {len(shards)} shards ({packed_bytes / 1e6:.1f} MB) in "
+        f"{time.perf_counter() - t0:.1f} s; cold cache by {method}",
         flush=True,
     )
 
-    results: dict[str, dict[str, list[float]]] = {m: {"loose": [], "packed": []} for m in ("warm", "cold")}
+    results: dict[str, dict[str, list[float]]] = {
+        m: {"loose": [], "packed": []} for m in ("warm", "cold")
+    }
     residency: dict[str, list[float]] = {"loose": [], "packed": []}
     n_batches = len(paths) // args.batch_size + (len(paths) % args.batch_size > 0)
     waited_s = 0.0
@@ -444,7 +527,10 @@ def main(argv: list[str] | None = None) -> int:
                             residency[side].append(fraction)
                     rate = time_epoch(dataset, sampler, args.batch_size, args.workers)
                     results[cache][side].append(rate)
-                    print(f"round {r + 1}/{args.rounds} {cache:4s} {side:6s}: {rate:7.1f} batches/s", flush=True)
+                    print(
+                        f"round {r + 1}/{args.rounds} {cache:4s} {side:6s}: {rate:7.1f} batches/s",
+                        flush=True,
+                    )
     finally:
         for folder in folders:
             folder.remove()
@@ -452,10 +538,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        f"stoker.DataLoader(batch_size={args.batch_size}, num_workers={args.workers}); {n_batches} batches per "
-        f"epoch; median of {args.rounds} rounds, per-round ratio range in brackets"
+        f"stoker.DataLoader(batch_size={args.batch_size}, num_workers={args.workers}); "
+        f"{n_batches} batches per epoch; median of {args.rounds} rounds, per-round ratio range "
+        "in brackets"
     )
-    print("| page cache | loose + RandomSampler | packed + BlockShuffleSampler | packed / loose | target |")
+    print(
+        "| page cache | loose + RandomSampler | packed + BlockShuffleSampler | packed / loose | "
+        "target |"
+    )
     print("|---|---:|---:|---:|---|")
     summary: dict[str, Any] = {}
     for cache in ("warm", "cold"):
@@ -464,26 +554,49 @@ def main(argv: list[str] | None = None) -> int:
         per_round = [p / q for p, q in zip(packed, loose, strict=True)]
         verdict = "met" if ratio >= 1.3 else f"MISSED ({100 * (1.3 - ratio) / 1.3:.0f}% below 1.3x)"
         print(
-            f"| {cache} | {statistics.median(loose):.1f} batches/s | {statistics.median(packed):.1f} batches/s | "
-            f"{ratio:.2f}x [{min(per_round):.2f}-{max(per_round):.2f}] | >= 1.30x: {verdict} |"
+            f"| {cache} | {statistics.median(loose):.1f} batches/s | "
+            f"{statistics.median(packed):.1f} batches/s | {ratio:.2f}x "
+            f"[{min(per_round):.2f}-{max(per_round):.2f}] | >= 1.30x: {verdict} |"
         )
         summary[cache] = {
-            "loose": loose, "packed": packed, "ratio": ratio, "per_round": per_round,
+            "loose": loose,
+            "packed": packed,
+            "ratio": ratio,
+            "per_round": per_round,
         }
     for side, values in residency.items():
         if values:
             share = 100 * max(values)
-            print(f"after eviction, resident in page cache ({side}): max {share:.1f}% of the bytes (fincore)")
+            print(
+                f"after eviction, resident in page cache ({side}): max {share:.1f}% of the bytes "
+                "(fincore)"
+            )
     summary["setup"] = {
-        "count": len(paths), "sizes": sizes, "crop": args.crop, "batch_size": args.batch_size,
-        "workers": args.workers, "block_size": args.block_size, "window": args.window,
-        "shards": len(shards), "shard_mb": args.shard_mb, "eviction": method,
-        "loose_bytes": loose_bytes, "packed_bytes": packed_bytes, "residency": residency,
-        "python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
+        "count": len(paths),
+        "sizes": sizes,
+        "crop": args.crop,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "block_size": args.block_size,
+        "window": args.window,
+        "shards": len(shards),
+        "shard_mb": args.shard_mb,
+        "eviction": method,
+        "loose_bytes": loose_bytes,
+        "packed_bytes": packed_bytes,
+        "residency": residency,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpus": os.cpu_count(),
         "start_method": __import__("multiprocessing").get_start_method(),
-        "git": _git_commit(), "load_average_at_start": load_before, "waited_for_idle_s": waited_s,
+        "git": _git_commit(),
+        "load_average_at_start": load_before,
+        "waited_for_idle_s": waited_s,
     }
-    print(f"git {_git_commit()}; load average {load_before:.2f} at start; waited {waited_s:.0f} s for idle CPUs")
+    print(
+        f"git {_git_commit()}; load average {load_before:.2f} at start; waited {waited_s:.0f} s "
+        "for idle CPUs"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)

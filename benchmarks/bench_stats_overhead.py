@@ -60,7 +60,10 @@ def main() -> None:
                 loader.close()
         ratios = [a / b for a, b in zip(on, off, strict=True)]
         cost = 1 - statistics.median(ratios)
-        print(f"| {workers} | {statistics.median(on):,.0f} | {statistics.median(off):,.0f} | {100 * cost:+.1f}% |")
+        print(
+            f"| {workers} | {statistics.median(on):,.0f} | {statistics.median(off):,.0f} | "
+            f"{100 * cost:+.1f}% |"
+        )
 
 
 if __name__ == "__main__":

@@ -77,9 +77,10 @@ def main() -> None:
     stream = TokenLengths(args.samples, args.mu, args.sigma, args.min_len, args.max_len, args.seed)
     lengths = stream.lengths
     print(
-        f"{args.samples:,} samples, lognormal(mu={args.mu}, sigma={args.sigma}) lengths clipped to "
-        f"[{args.min_len}, {args.max_len}]: median {int(np.median(lengths))}, mean {lengths.mean():.0f}, "
-        f"p99 {int(np.percentile(lengths, 99))}; batch_size={args.batch_size}, window={args.window}"
+        f"{args.samples:,} samples, lognormal(mu={args.mu}, sigma={args.sigma}) lengths clipped "
+        f"to [{args.min_len}, {args.max_len}]: median {int(np.median(lengths))}, mean "
+        f"{lengths.mean():.0f}, p99 {int(np.percentile(lengths, 99))}; "
+        f"batch_size={args.batch_size}, window={args.window}"
     )
     bounds = [2**k for k in range(4, 13)]
     ways = {

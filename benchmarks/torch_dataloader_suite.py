@@ -10,7 +10,8 @@ remaining difference.
 
     .venv/bin/python benchmarks/torch_dataloader_suite.py --test-file /path/to/test_dataloader.py
     .venv/bin/python benchmarks/torch_dataloader_suite.py              # downloads it (see below)
-    .venv/bin/python benchmarks/torch_dataloader_suite.py --loaders stoker -k worker_init --json out.json
+    .venv/bin/python benchmarks/torch_dataloader_suite.py --loaders stoker -k worker_init --json
+    out.json
 
 The test file is not part of this repository. Without ``--test-file`` the version for the
 installed torch (tag ``v<torch version>``) is downloaded from raw.githubusercontent.com
@@ -304,7 +305,9 @@ def clean_shm(before: set[str]) -> tuple[list[str], list[str]]:
         if match is None:
             foreign.append(name)
             continue
-        if psutil.pid_exists(int(match.group(1))):  # the run's processes are gone: another program's
+        if psutil.pid_exists(
+            int(match.group(1))
+        ):  # the run's processes are gone: another program's
             continue
         with contextlib.suppress(FileNotFoundError):
             (_SHM_DIR / name).unlink()
@@ -315,18 +318,32 @@ def clean_shm(before: set[str]) -> tuple[list[str], list[str]]:
 # --------------------------------------------------------------------------- running pytest
 
 
-def collect(test_file: Path, env: dict[str, str], select: str | None, timeout_s: float) -> list[str]:
-    command = [sys.executable, "-m", "pytest", str(test_file), "--collect-only", "-q", "-p", "no:cacheprovider"]
+def collect(
+    test_file: Path, env: dict[str, str], select: str | None, timeout_s: float
+) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(test_file),
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
     if select:
         command += ["-k", select]
     done = subprocess.run(
         command, env=env, cwd=test_file.parent, capture_output=True, text=True, timeout=timeout_s
     )
-    nodeids = [line.strip() for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    nodeids = [
+        line.strip()
+        for line in done.stdout.splitlines()
+        if "::" in line and not line.startswith(" ")
+    ]
     if not nodeids:
-        msg = (
-            f"pytest collected no test from {test_file} (exit {done.returncode}):\n"
-            + (done.stdout[-3000:] + done.stderr[-3000:])
+        msg = f"pytest collected no test from {test_file} (exit {done.returncode}):\n" + (
+            done.stdout[-3000:] + done.stderr[-3000:]
         )
         raise SystemExit(msg)
     return nodeids
@@ -353,7 +370,9 @@ def read_report(path: Path) -> tuple[dict[str, TestResult], str | None]:
             if outcome == "failed":
                 results[nodeid] = TestResult("error", message, record["duration"])
             elif outcome == "skipped":
-                results[nodeid] = TestResult("xfailed" if record.get("xfail") else "skipped", message)
+                results[nodeid] = TestResult(
+                    "xfailed" if record.get("xfail") else "skipped", message
+                )
         elif event == "call":
             if record.get("xfail"):
                 kind = "xfailed" if outcome == "skipped" else "xpassed"
@@ -368,7 +387,13 @@ def read_report(path: Path) -> tuple[dict[str, TestResult], str | None]:
 
 
 def run_suite(
-    loader: str, test_file: Path, folder: Path, nodeids: list[str], select: str | None, timeout_s: float, verbose: bool
+    loader: str,
+    test_file: Path,
+    folder: Path,
+    nodeids: list[str],
+    select: str | None,
+    timeout_s: float,
+    verbose: bool,
 ) -> RunResult:
     """Runs ``nodeids`` with ``loader``; restarts pytest after a test that crashes it.
 
@@ -392,7 +417,12 @@ def run_suite(
         ]  # fmt: skip
         output = None if verbose else subprocess.DEVNULL
         process = subprocess.Popen(
-            command, env=env, cwd=test_file.parent, stdout=output, stderr=output, start_new_session=True
+            command,
+            env=env,
+            cwd=test_file.parent,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
         )
         # a run past every test's limit is stuck outside any test: stop it
         limit = timeout_s * (len(remaining) + 2)
@@ -405,10 +435,22 @@ def run_suite(
         results, crashed = read_report(report)
         if crashed is not None and crashed not in results:
             code = process.returncode
-            results[crashed] = TestResult("error", f"the test process died during this test (exit status {code})")
+            results[crashed] = TestResult(
+                "error", f"the test process died during this test (exit status {code})"
+            )
             with open(report, "a") as f:  # remembered across restarts
-                f.write(json.dumps({"event": "call", "nodeid": crashed, "outcome": "failed",
-                                    "duration": 0.0, "message": results[crashed].message}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "event": "call",
+                            "nodeid": crashed,
+                            "outcome": "failed",
+                            "duration": 0.0,
+                            "message": results[crashed].message,
+                        }
+                    )
+                    + "\n"
+                )
         remaining = [n for n in nodeids if n not in results]
         targets = remaining
         run.tests = results
@@ -417,7 +459,9 @@ def run_suite(
         if crashed is None:  # pytest stopped between tests: nothing to blame, do not loop
             break
     for nodeid in nodeids:
-        run.tests.setdefault(nodeid, TestResult("error", "not run: the test process kept dying before it"))
+        run.tests.setdefault(
+            nodeid, TestResult("error", "not run: the test process kept dying before it")
+        )
     run.seconds = time.monotonic() - began
     run.removed_segments, run.foreign_segments = clean_shm(shm_before)
     return run
@@ -445,13 +489,19 @@ def make_folder(test_file: Path) -> Path:
 def check_replacement(folder: Path) -> None:
     """The stoker run's processes really get stoker's loader (else the comparison is void)."""
     probe = (
-        "import torch.utils.data as d; "
-        "print(*(c.__module__.split('.')[0] + '.' + c.__module__.split('.')[1] for c in (d.DataLoader, d.dataloader.DataLoader)))"
+        "import torch.utils.data as d; print(*(c.__module__.split('.')[0] + '.' + "
+        "c.__module__.split('.')[1] for c in (d.DataLoader, d.dataloader.DataLoader)))"
     )
-    for loader, expected in (("stoker", "stoker.torch stoker.torch"),
-                             ("torch", "torch.utils torch.utils")):
+    for loader, expected in (
+        ("stoker", "stoker.torch stoker.torch"),
+        ("torch", "torch.utils torch.utils"),
+    ):
         done = subprocess.run(
-            [sys.executable, "-c", probe], env=suite_env(folder, loader), capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", probe],
+            env=suite_env(folder, loader),
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if done.stdout.strip() != expected:
             msg = (
@@ -478,29 +528,46 @@ def print_report(runs: dict[str, RunResult], test_file: Path, version: str) -> l
         print(f"  {name:<8}{cells}{len(run.tests):>9}{run.seconds:>8.0f}s")
     for name, run in runs.items():
         if run.stopped_processes:
-            print(f"  {name} run: {len(run.stopped_processes)} process(es) still running after it, "
-                  f"stopped: {', '.join(run.stopped_processes[:8])}")
+            print(
+                f"  {name} run: {len(run.stopped_processes)} process(es) still running after it, "
+                f"stopped: {', '.join(run.stopped_processes[:8])}"
+            )
         if run.removed_segments:
-            print(f"  {name} run: removed {len(run.removed_segments)} segment(s) it left in /dev/shm: "
-                  f"{', '.join(run.removed_segments[:8])}")
+            print(
+                f"  {name} run: removed {len(run.removed_segments)} segment(s) it left in "
+                f"/dev/shm: {', '.join(run.removed_segments[:8])}"
+            )
         if run.foreign_segments:
-            print(f"  {name} run: {len(run.foreign_segments)} new /dev/shm entr(ies) of unknown origin, "
-                  f"left alone: {', '.join(run.foreign_segments[:8])}")
+            print(
+                f"  {name} run: {len(run.foreign_segments)} new /dev/shm entr(ies) of unknown "
+                f"origin, left alone: {', '.join(run.foreign_segments[:8])}"
+            )
     regressions: list[str] = []
     if "torch" in runs and "stoker" in runs:
         reference, candidate = runs["torch"].tests, runs["stoker"].tests
         bad = ("failed", "error")
-        regressions = [n for n in reference if reference[n].outcome == "passed" and candidate.get(n) and
-                       candidate[n].outcome in bad]
+        regressions = [
+            n
+            for n in reference
+            if reference[n].outcome == "passed" and candidate.get(n) and candidate[n].outcome in bad
+        ]
         print(f"\nPass with torch, fail with stoker ({len(regressions)}):")
         for nodeid in regressions:
             result = candidate[nodeid]
             print(f"  {short(nodeid)}  [{result.outcome}]")
-            print(textwrap.indent(textwrap.shorten(result.message, 200, placeholder=" ..."), "      "))
-        gains = [n for n in reference if reference[n].outcome in bad and candidate.get(n)
-                 and candidate[n].outcome == "passed"]
+            print(
+                textwrap.indent(textwrap.shorten(result.message, 200, placeholder=" ..."), "      ")
+            )
+        gains = [
+            n
+            for n in reference
+            if reference[n].outcome in bad and candidate.get(n) and candidate[n].outcome == "passed"
+        ]
         if gains:
-            print(f"\nFail with torch, pass with stoker ({len(gains)}): " + ", ".join(map(short, gains)))
+            print(
+                f"\nFail with torch, pass with stoker ({len(gains)}): "
+                + ", ".join(map(short, gains))
+            )
     for name, run in runs.items():
         if name == "stoker" and "torch" in runs:
             continue  # its failures that matter are listed above
@@ -512,7 +579,9 @@ def print_report(runs: dict[str, RunResult], test_file: Path, version: str) -> l
     return regressions
 
 
-def write_json(path: Path, runs: dict[str, RunResult], test_file: Path, version: str, regressions: list[str]) -> None:
+def write_json(
+    path: Path, runs: dict[str, RunResult], test_file: Path, version: str, regressions: list[str]
+) -> None:
     data = {
         "torch_version": version,
         "test_file": str(test_file),
@@ -538,10 +607,18 @@ def write_json(path: Path, runs: dict[str, RunResult], test_file: Path, version:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--test-file", type=Path, help="PyTorch's test/test_dataloader.py (default: download it)")
-    parser.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated: torch, stoker (default both)")
-    parser.add_argument("-k", dest="select", help="pytest -k expression: run only the matching tests")
-    parser.add_argument("--timeout", type=float, default=_DEFAULT_TIMEOUT_S, help="seconds per test (default 180)")
+    parser.add_argument(
+        "--test-file", type=Path, help="PyTorch's test/test_dataloader.py (default: download it)"
+    )
+    parser.add_argument(
+        "--loaders", default=",".join(LOADERS), help="comma-separated: torch, stoker (default both)"
+    )
+    parser.add_argument(
+        "-k", dest="select", help="pytest -k expression: run only the matching tests"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=_DEFAULT_TIMEOUT_S, help="seconds per test (default 180)"
+    )
     parser.add_argument("--json", type=Path, help="write every test's result to this file")
     parser.add_argument("--verbose", action="store_true", help="show pytest's output")
     args = parser.parse_args(argv)
@@ -550,10 +627,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(
             "The suite needs packages that are not installed in this environment: "
-            f"{', '.join(missing)}.\nThey belong to the benchmark, not to stoker; install them with\n"
-            f"    {sys.executable} -m pip install {' '.join(missing)}\n"
-            "(keep the installed torch: pass pip a constraints file that pins it, "
-            "e.g. -c <(echo torch==$(python -c 'import torch; print(torch.__version__)'))).",
+            f"{', '.join(missing)}.\nThey belong to the benchmark, not to stoker; install them "
+            f"with\n    {sys.executable} -m pip install {' '.join(missing)}\n(keep the installed "
+            "torch: pass pip a constraints file that pins it, e.g. -c <(echo torch==$(python -c "
+            "'import torch; print(torch.__version__)'))).",
             file=sys.stderr,
         )
         return 2
@@ -577,7 +654,9 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, RunResult] = {}
         for loader in loaders:
             print(f"running with {loader}'s DataLoader ...", flush=True)
-            runs[loader] = run_suite(loader, test_file, folder, nodeids, args.select, args.timeout, args.verbose)
+            runs[loader] = run_suite(
+                loader, test_file, folder, nodeids, args.select, args.timeout, args.verbose
+            )
         regressions = print_report(runs, source, version)
         if args.json is not None:
             write_json(args.json, runs, source, version, regressions)

@@ -58,7 +58,9 @@ def test_bad_samples_are_skipped_and_reported(config, dataset, caplog) -> None:
 
 
 def test_a_batch_that_loses_every_sample_is_not_returned() -> None:
-    loader = DataLoader(Flaky(), batch_size=2, sampler=[3, 7, 0, 1, 8], on_error="skip", max_errors=None)
+    loader = DataLoader(
+        Flaky(), batch_size=2, sampler=[3, 7, 0, 1, 8], on_error="skip", max_errors=None
+    )
     assert [b.tolist() for b in loader] == [[0, 1]]  # [3, 7] and [8] vanished whole
 
 
@@ -67,9 +69,13 @@ def test_past_the_budget_the_loader_stops_with_a_summary() -> None:
     with pytest.raises(TooManyBadSamples) as caught:
         list(loader)
     text = str(caught.value)
-    assert text.startswith("stopping: 3 bad samples exceed max_errors=2.\n3 bad sample(s) skipped out of 12")
+    assert text.startswith(
+        "stopping: 3 bad samples exceed max_errors=2.\n3 bad sample(s) skipped out of 12"
+    )
     assert "index 8 (/data/img_008.jpg)" in text
-    assert text.endswith("Fix or remove the broken files (stoker doctor helps), or raise max_errors.")
+    assert text.endswith(
+        "Fix or remove the broken files (stoker doctor helps), or raise max_errors."
+    )
 
 
 def test_a_fractional_budget_allows_that_share_of_attempted_samples() -> None:
@@ -82,13 +88,18 @@ def test_a_fractional_budget_allows_that_share_of_attempted_samples() -> None:
                 raise ValueError("bad")
             return i
 
-    assert sum(len(b) for b in DataLoader(OneInTen(), batch_size=20, on_error="skip", max_errors=0.2)) == 180
+    assert (
+        sum(len(b) for b in DataLoader(OneInTen(), batch_size=20, on_error="skip", max_errors=0.2))
+        == 180
+    )
     with pytest.raises(TooManyBadSamples, match=r"exceed max_errors=0\.05"):
         list(DataLoader(OneInTen(), batch_size=20, on_error="skip", max_errors=0.05))
 
 
 def test_skipping_with_workers_raises_past_the_budget_too() -> None:
-    with pytest.raises(TooManyBadSamples, match=r"stopping: 2 bad samples exceed max_errors=1\.\n2 bad sample"):
+    with pytest.raises(
+        TooManyBadSamples, match=r"stopping: 2 bad samples exceed max_errors=1\.\n2 bad sample"
+    ):
         list(DataLoader(Flaky(), batch_size=4, num_workers=2, on_error="skip", max_errors=1))
 
 
@@ -113,8 +124,16 @@ def test_collate_failures_are_not_bad_samples() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"on_error": "ignore"}, ValueError, r"on_error must be one of \('raise', 'skip'\), got 'ignore'"),
-        ({"on_error": "skip", "max_errors": 1.5}, ValueError, r"max_errors=1\.5: a float is a fraction"),
+        (
+            {"on_error": "ignore"},
+            ValueError,
+            r"on_error must be one of \('raise', 'skip'\), got 'ignore'",
+        ),
+        (
+            {"on_error": "skip", "max_errors": 1.5},
+            ValueError,
+            r"max_errors=1\.5: a float is a fraction",
+        ),
         ({"on_error": "skip", "max_errors": -1}, ValueError, "max_errors must be >= 0, got -1"),
         ({"on_error": "skip", "max_errors": "5"}, TypeError, "max_errors must be None, a count"),
     ],
@@ -129,7 +148,12 @@ def test_resume_counts_batches_that_lost_every_sample() -> None:
 
     def make(resumed: bool):
         return DataLoader(
-            Flaky(), batch_size=2, shuffle=True, generator=4, on_error="skip", max_errors=None,
+            Flaky(),
+            batch_size=2,
+            shuffle=True,
+            generator=4,
+            on_error="skip",
+            max_errors=None,
             num_workers=2 if resumed else 0,
         )
 

@@ -34,7 +34,13 @@ def test_string_array_behaves_like_the_list(items, data) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.text(max_size=8), st.integers(-2**40, 2**40), st.booleans()), min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(st.text(max_size=8), st.integers(-(2**40), 2**40), st.booleans()),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_record_array_behaves_like_the_list_of_tuples(rows) -> None:
     array = RecordArray(rows)
     assert list(array) == rows
@@ -48,7 +54,9 @@ def test_paths_bytes_and_dict_records() -> None:
     assert paths[0] == "/data/猫.jpg"
     raw = StringArray([b"\x00\x01", b""], encoding=None)
     assert raw[0] == b"\x00\x01" and raw[1] == b""
-    rows = RecordArray([{"path": "a.jpg", "label": 1, "w": 0.5}, {"path": "b.jpg", "label": 2, "w": 1}])
+    rows = RecordArray(
+        [{"path": "a.jpg", "label": 1, "w": 0.5}, {"path": "b.jpg", "label": 2, "w": 1}]
+    )
     assert rows[1] == {"path": "b.jpg", "label": 2, "w": 1.0}
     assert rows.column("label").tolist() == [1, 2]
     assert isinstance(compact(["x"]), StringArray)
@@ -70,10 +78,22 @@ def test_storage_is_a_few_arrays_not_per_item_objects() -> None:
     [
         (lambda: StringArray(["a", 3]), TypeError, "item 1 is a int: 3"),
         (lambda: StringArray(["a", b"b"]), TypeError, "item 1 is bytes but item 0 is text"),
-        (lambda: RecordArray([("a", 1), ("b",)]), ValueError, r"record 1 is \('b',\) but record 0 is \('a', 1\)"),
-        (lambda: RecordArray([("a", 1), ("b", "x")]), TypeError, "field 1 must have one type in every record; record 1"),
+        (
+            lambda: RecordArray([("a", 1), ("b",)]),
+            ValueError,
+            r"record 1 is \('b',\) but record 0 is \('a', 1\)",
+        ),
+        (
+            lambda: RecordArray([("a", 1), ("b", "x")]),
+            TypeError,
+            "field 1 must have one type in every record; record 1",
+        ),
         (lambda: RecordArray(["a"]), TypeError, "Use StringArray for a list of strings"),
-        (lambda: StringArray(["a"])[1], DatasetIndexError, "index 1 is out of range for StringArray of length 1"),
+        (
+            lambda: StringArray(["a"])[1],
+            DatasetIndexError,
+            "index 1 is out of range for StringArray of length 1",
+        ),
     ],
 )
 def test_errors_name_the_item_and_the_fix(make, error, message) -> None:

@@ -73,7 +73,9 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize(
+    "config", CONFIGS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items())
+)
 def test_augmentations_do_not_depend_on_workers(config) -> None:
     kwargs = {"batch_size": 5, "shuffle": True, "generator": 1234, "collate_fn": mixup}
     reference = epochs(DataLoader(Augmented(), **kwargs))
@@ -85,7 +87,9 @@ def test_torch_draws_do_not_depend_on_workers() -> None:
     kwargs = {"batch_size": 4, "shuffle": True, "generator": 99}
     reference = epochs(DataLoader(Augmented(16, use_torch=True), **kwargs))
     for config in ({"num_workers": 2}, {"num_workers": 3, "worker_mode": "thread"}):
-        assert_same_epochs(epochs(DataLoader(Augmented(16, use_torch=True), **kwargs, **config)), reference)
+        assert_same_epochs(
+            epochs(DataLoader(Augmented(16, use_torch=True), **kwargs, **config)), reference
+        )
 
 
 def test_epochs_differ_and_samples_differ() -> None:
@@ -103,7 +107,9 @@ def test_a_different_seed_gives_different_augmentations() -> None:
     assert not np.array_equal(a[0][0]["numpy_global"], b[0][0]["numpy_global"])
 
 
-@pytest.mark.parametrize("config", [{}, {"num_workers": 2, "worker_mode": "thread"}], ids=["main", "threads"])
+@pytest.mark.parametrize(
+    "config", [{}, {"num_workers": 2, "worker_mode": "thread"}], ids=["main", "threads"]
+)
 def test_loading_leaves_the_trainers_global_rngs_alone(config) -> None:
     np.random.seed(7)
     random.seed(7)

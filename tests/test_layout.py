@@ -21,7 +21,17 @@ RENAMED = {"torch": "torch_integration"}
 
 def _collected(*options: str) -> list[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *options, "tests"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *options,
+            "tests",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

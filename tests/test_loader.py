@@ -99,7 +99,9 @@ def test_custom_batch_sampler_decides_the_batches() -> None:
 def test_shuffle_is_seeded_and_changes_across_epochs() -> None:
     loader = DataLoader(Squares(50), batch_size=50, shuffle=True, generator=7)
     first, second = (next(iter(loader))[0].tolist() for _ in range(2))
-    again = next(iter(DataLoader(Squares(50), batch_size=50, shuffle=True, generator=7)))[0].tolist()
+    again = next(iter(DataLoader(Squares(50), batch_size=50, shuffle=True, generator=7)))[
+        0
+    ].tolist()
     assert sorted(first) == list(range(50))
     assert first != list(range(50))
     assert first != second
@@ -125,7 +127,9 @@ def test_iterable_dataset_is_batched_in_stream_order() -> None:
 
 
 def test_len_of_an_iterable_dataset_without_len_says_so() -> None:
-    with pytest.raises(TypeError, match="needs the IterableDataset to define __len__; Stream does not"):
+    with pytest.raises(
+        TypeError, match="needs the IterableDataset to define __len__; Stream does not"
+    ):
         len(DataLoader(Stream(3, with_len=False), batch_size=2))
 
 
@@ -156,7 +160,9 @@ def test_collate_fn_receives_the_list_of_samples() -> None:
 
 def test_stream_defining_attributes_are_frozen() -> None:
     loader = DataLoader(Squares(5), batch_size=2)
-    with pytest.raises(ValueError, match="batch_size cannot be changed after the DataLoader is built"):
+    with pytest.raises(
+        ValueError, match="batch_size cannot be changed after the DataLoader is built"
+    ):
         loader.batch_size = 3
     loader.timeout = 5  # not part of the stream: allowed
     assert loader.timeout == 5
@@ -175,51 +181,130 @@ _METHODS = multiprocessing.get_all_start_methods()
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"num_workers": -1}, ValueError,
-         "num_workers option should be non-negative (an integer, or 'auto'), got -1 (use num_workers=0 to "
-         "load in the main process, or 'auto' to let stoker tune it)"),
-        ({"timeout": -2}, ValueError, "timeout option should be non-negative (seconds), got -2 (0 waits forever)"),
-        ({"timeout": float("nan")}, ValueError, "timeout option should be non-negative (seconds), got nan (0 waits forever)"),
-        ({"prefetch_factor": 2}, ValueError,
-         "prefetch_factor option could only be specified in multiprocessing: prefetch_factor=2 applies to "
-         "background workers. Pass num_workers > 0, or leave prefetch_factor unset (None)."),
-        ({"num_workers": 1, "prefetch_factor": 0}, ValueError, "prefetch_factor must be a positive integer, got 0"),
-        ({"persistent_workers": True}, ValueError,
-         "persistent_workers option needs num_workers > 0: pass num_workers > 0, or persistent_workers=False"),
-        ({"persistent_workers": "yes", "num_workers": 1}, TypeError, "persistent_workers must be True or False, got str: 'yes'"),
-        ({"in_order": "no", "num_workers": 1}, TypeError, "in_order must be True or False, got str: 'no'"),
+        (
+            {"num_workers": -1},
+            ValueError,
+            "num_workers option should be non-negative (an integer, or 'auto'), got -1 (use "
+            "num_workers=0 to load in the main process, or 'auto' to let stoker tune it)",
+        ),
+        (
+            {"timeout": -2},
+            ValueError,
+            "timeout option should be non-negative (seconds), got -2 (0 waits forever)",
+        ),
+        (
+            {"timeout": float("nan")},
+            ValueError,
+            "timeout option should be non-negative (seconds), got nan (0 waits forever)",
+        ),
+        (
+            {"prefetch_factor": 2},
+            ValueError,
+            "prefetch_factor option could only be specified in multiprocessing: prefetch_factor=2 "
+            "applies to background workers. Pass num_workers > 0, or leave prefetch_factor unset "
+            "(None).",
+        ),
+        (
+            {"num_workers": 1, "prefetch_factor": 0},
+            ValueError,
+            "prefetch_factor must be a positive integer, got 0",
+        ),
+        (
+            {"persistent_workers": True},
+            ValueError,
+            "persistent_workers option needs num_workers > 0: pass num_workers > 0, or "
+            "persistent_workers=False",
+        ),
+        (
+            {"persistent_workers": "yes", "num_workers": 1},
+            TypeError,
+            "persistent_workers must be True or False, got str: 'yes'",
+        ),
+        (
+            {"in_order": "no", "num_workers": 1},
+            TypeError,
+            "in_order must be True or False, got str: 'no'",
+        ),
         ({"copy_batches": "no"}, TypeError, "copy_batches must be True or False, got str: 'no'"),
-        ({"shuffle": True, "sampler": [0, 1]}, ValueError,
-         "sampler option is mutually exclusive with shuffle: the sampler already decides the order. "
-         "Drop shuffle=True, or pass a shuffling sampler such as RandomSampler."),
-        ({"batch_sampler": [[0]], "batch_size": 2}, ValueError,
-         "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last: the "
-         "batch sampler already decides batch size, order and the last batch. Leave those four at their defaults."),
-        ({"batch_sampler": [[0]], "drop_last": 3}, ValueError,
-         "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last: the "
-         "batch sampler already decides batch size, order and the last batch. Leave those four at their defaults."),
-        ({"batch_size": None, "drop_last": True}, ValueError,
-         "batch_size=None option disables auto-batching and is mutually exclusive with drop_last=True: "
-         "there is nothing to drop. Pass a batch_size, or drop_last=False."),
-        ({"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0 (or None to load unbatched samples)"),
-        ({"batch_size": 2.5}, ValueError, "batch_size must be a positive integer, got 2.5 (or None to load unbatched samples)"),
+        (
+            {"shuffle": True, "sampler": [0, 1]},
+            ValueError,
+            "sampler option is mutually exclusive with shuffle: the sampler already decides the "
+            "order. Drop shuffle=True, or pass a shuffling sampler such as RandomSampler.",
+        ),
+        (
+            {"batch_sampler": [[0]], "batch_size": 2},
+            ValueError,
+            "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
+            "drop_last: the batch sampler already decides batch size, order and the last batch. "
+            "Leave those four at their defaults.",
+        ),
+        (
+            {"batch_sampler": [[0]], "drop_last": 3},
+            ValueError,
+            "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
+            "drop_last: the batch sampler already decides batch size, order and the last batch. "
+            "Leave those four at their defaults.",
+        ),
+        (
+            {"batch_size": None, "drop_last": True},
+            ValueError,
+            "batch_size=None option disables auto-batching and is mutually exclusive with "
+            "drop_last=True: there is nothing to drop. Pass a batch_size, or drop_last=False.",
+        ),
+        (
+            {"batch_size": 0},
+            ValueError,
+            "batch_size must be a positive integer, got 0 (or None to load unbatched samples)",
+        ),
+        (
+            {"batch_size": 2.5},
+            ValueError,
+            "batch_size must be a positive integer, got 2.5 (or None to load unbatched samples)",
+        ),
         ({"drop_last": "yes"}, TypeError, "drop_last must be True or False, got str: 'yes'"),
-        ({"worker_mode": "fiber"}, ValueError, "worker_mode must be one of ('process', 'thread'), got 'fiber'"),
-        ({"on_worker_death": "ignore"}, ValueError, "on_worker_death must be one of ('raise', 'restart'), got 'ignore'"),
-        ({"worker_init_fn": 3}, TypeError, "worker_init_fn must be callable (it receives the worker id), got 3"),
-        ({"collate_fn": "stack"}, TypeError, "collate_fn must be callable (it receives a list of samples), got 'stack'"),
-        ({"multiprocessing_context": "spawn"}, ValueError,
-         "multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got "
-         "num_workers=0 and multiprocessing_context='spawn': pass num_workers > 0, or leave "
-         "multiprocessing_context unset"),
-        ({"num_workers": 1, "multiprocessing_context": "teleport"}, ValueError,
-         f"multiprocessing_context option should specify a valid start method in {_METHODS!r}, but got "
-         "multiprocessing_context='teleport'"),
-        ({"num_workers": 1, "multiprocessing_context": 5}, TypeError,
-         "multiprocessing_context option should be a valid context object or a string specifying the start "
-         "method ('fork', 'forkserver', 'spawn'), but got multiprocessing_context=5"),
+        (
+            {"worker_mode": "fiber"},
+            ValueError,
+            "worker_mode must be one of ('process', 'thread'), got 'fiber'",
+        ),
+        (
+            {"on_worker_death": "ignore"},
+            ValueError,
+            "on_worker_death must be one of ('raise', 'restart'), got 'ignore'",
+        ),
+        (
+            {"worker_init_fn": 3},
+            TypeError,
+            "worker_init_fn must be callable (it receives the worker id), got 3",
+        ),
+        (
+            {"collate_fn": "stack"},
+            TypeError,
+            "collate_fn must be callable (it receives a list of samples), got 'stack'",
+        ),
+        (
+            {"multiprocessing_context": "spawn"},
+            ValueError,
+            "multiprocessing_context can only be used with multi-process loading (num_workers > "
+            "0), but got num_workers=0 and multiprocessing_context='spawn': pass num_workers > "
+            "0, or leave multiprocessing_context unset",
+        ),
+        (
+            {"num_workers": 1, "multiprocessing_context": "teleport"},
+            ValueError,
+            f"multiprocessing_context option should specify a valid start method in {_METHODS!r}, "
+            "but got multiprocessing_context='teleport'",
+        ),
+        (
+            {"num_workers": 1, "multiprocessing_context": 5},
+            TypeError,
+            "multiprocessing_context option should be a valid context object or a string "
+            "specifying the start method ('fork', 'forkserver', 'spawn'), but got "
+            "multiprocessing_context=5",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_arguments_name_the_argument_and_the_fix(kwargs, error, message) -> None:
     """Each message starts with the words torch's loader uses, then says what to do."""
     with pytest.raises(error) as caught:
@@ -228,9 +313,13 @@ def test_bad_arguments_name_the_argument_and_the_fix(kwargs, error, message) -> 
 
 
 def test_numpy_integers_are_accepted_wherever_ints_are() -> None:
-    loader = DataLoader(Squares(10), batch_size=np.int64(4), num_workers=np.int32(1), prefetch_factor=np.uint8(3))
+    loader = DataLoader(
+        Squares(10), batch_size=np.int64(4), num_workers=np.int32(1), prefetch_factor=np.uint8(3)
+    )
     assert (loader.batch_size, loader.num_workers, loader.prefetch_factor) == (4, 1, 3)
-    assert all(type(v) is int for v in (loader.batch_size, loader.num_workers, loader.prefetch_factor))
+    assert all(
+        type(v) is int for v in (loader.batch_size, loader.num_workers, loader.prefetch_factor)
+    )
     assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
@@ -241,10 +330,10 @@ def test_more_workers_than_cpus_get_torchs_warning() -> None:
         DataLoader(Squares(4), num_workers=cpu_budget() + 1)
     (warning,) = caught
     assert str(warning.message) == (
-        f"This DataLoader will create {cpu_budget() + 1} worker processes in total, more than the "
-        f"{cpu_budget()} CPUs this process may use. Please be aware that excessive worker creation might "
-        f"get DataLoader running slow or even freeze: lower num_workers to {cpu_budget()} or fewer, or pass "
-        "num_workers='auto' to let stoker find the best count."
+        f"This DataLoader will create {cpu_budget() + 1} worker processes in total, more than "
+        f"the {cpu_budget()} CPUs this process may use. Please be aware that excessive worker "
+        "creation might get DataLoader running slow or even freeze: lower num_workers to "
+        f"{cpu_budget()} or fewer, or pass num_workers='auto' to let stoker find the best count."
     )
     assert warning.filename == __file__  # it points at the caller's line
 
@@ -255,10 +344,10 @@ def test_iterable_dataset_rejects_order_options(option) -> None:
     with pytest.raises(ValueError) as caught:
         DataLoader(Stream(3), **option)
     assert str(caught.value) == (
-        f"DataLoader with IterableDataset: expected unspecified {name} option, but got {name}={value!r}. "
-        "The dataset's own iterator decides the order: shuffle inside it (stoker's readers take "
-        "shuffle_buffer=N, and stoker.ShuffleBuffer(dataset, size) wraps any iterable dataset), or use "
-        "a map-style dataset."
+        f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
+        f"{name}={value!r}. The dataset's own iterator decides the order: shuffle inside it "
+        "(stoker's readers take shuffle_buffer=N, and stoker.ShuffleBuffer(dataset, size) wraps "
+        "any iterable dataset), or use a map-style dataset."
     )
 
 
@@ -298,9 +387,9 @@ def test_an_iterable_longer_than_its_len_warns_once_len_was_asked() -> None:
         with pytest.warns(UserWarning) as caught:
             next(it)
         assert str(caught[0].message) == (
-            f"Length of IterableDataset LongStream() was reported to be 4 (when accessing len(dataloader)), "
-            f"but {fetched} samples have been fetched. The dataset's __len__ does not match what its "
-            "__iter__ yields."
+            "Length of IterableDataset LongStream() was reported to be 4 (when accessing "
+            f"len(dataloader)), but {fetched} samples have been fetched. The dataset's __len__ "
+            "does not match what its __iter__ yields."
         )
 
 
@@ -311,9 +400,10 @@ def test_skipping_bad_samples_of_a_stream_is_refused_with_where_to_do_it(num_wor
     with pytest.raises(ValueError) as caught:
         DataLoader(Stream(3), on_error="skip", num_workers=num_workers)
     assert str(caught.value) == (
-        "on_error='skip' leaves bad samples of a map-style dataset out by index, and Stream is an "
-        "IterableDataset, whose samples have no index to skip. Handle bad records inside the stream: "
-        "stoker's stream readers (TextLines, JsonLines, TarShards) take on_error='skip' themselves."
+        "on_error='skip' leaves bad samples of a map-style dataset out by index, and Stream is "
+        "an IterableDataset, whose samples have no index to skip. Handle bad records inside the "
+        "stream: stoker's stream readers (TextLines, JsonLines, TarShards) take on_error='skip' "
+        "themselves."
     )
 
 
@@ -331,7 +421,7 @@ class RepeatedStream(IterableDataset):
 
 
 def test_a_stream_with_a_length_that_workers_duplicate_is_named_at_the_end_of_the_epoch() -> None:
-    """Nobody asked len(): the epoch runs silent (as torch's does), and its end says what happened."""
+    """Nobody asked len(): the epoch runs silent (as torch's does); its end says what happened."""
     loader = DataLoader(RepeatedStream(), batch_size=2, num_workers=2)
     it = iter(loader)
     batches = [next(it) for _ in range(6)]  # no warning yet (warnings are errors here)
@@ -339,7 +429,7 @@ def test_a_stream_with_a_length_that_workers_duplicate_is_named_at_the_end_of_th
         next(it)
     assert sorted(int(v) for b in batches for v in b) == sorted(list(range(6)) * 2)
     assert str(caught[0].message) == (
-        "IterableDataset RepeatedStream() has 6 samples (3 batches), but its 2 workers delivered 6 batches "
-        "this epoch: each worker iterates all of it unless its __iter__ shards it by worker (stoker.sharding "
-        "splits files, then records, by rank and worker)."
+        "IterableDataset RepeatedStream() has 6 samples (3 batches), but its 2 workers delivered "
+        "6 batches this epoch: each worker iterates all of it unless its __iter__ shards it by "
+        "worker (stoker.sharding splits files, then records, by rank and worker)."
     )

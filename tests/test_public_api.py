@@ -43,7 +43,8 @@ def test_version_is_exposed() -> None:
 
 def test_every_public_class_has_a_docstring_with_an_example() -> None:
     lacking = [
-        n for n in stoker.__all__
+        n
+        for n in stoker.__all__
         if isinstance(getattr(stoker, n), type)
         and not issubclass(getattr(stoker, n), Exception)
         and "Example" not in (getattr(stoker, n).__doc__ or "")

@@ -41,7 +41,9 @@ SHUFFLED = {"batch_size": 4, "shuffle": True, "generator": 17}
 EPOCH = 6  # batches per epoch of Noisy with batch_size 4
 
 
-@pytest.mark.parametrize("stop_at", [1, 3, EPOCH, EPOCH + 2, 2 * EPOCH - 1], ids=lambda k: f"after-{k}")
+@pytest.mark.parametrize(
+    "stop_at", [1, 3, EPOCH, EPOCH + 2, 2 * EPOCH - 1], ids=lambda k: f"after-{k}"
+)
 def test_resume_single_process(stop_at) -> None:
     run_test_save_load_state(loader_factory({}, **SHUFFLED), stop_at=stop_at)
 
@@ -103,7 +105,9 @@ def test_resume_with_stoker_samplers(make_sampler) -> None:
     ds = Noisy()
 
     def make(resumed: bool):
-        return DataLoader(ds, batch_size=3, sampler=make_sampler(ds), generator=6, num_workers=2 if resumed else 0)
+        return DataLoader(
+            ds, batch_size=3, sampler=make_sampler(ds), generator=6, num_workers=2 if resumed else 0
+        )
 
     run_test_save_load_state(make, stop_at=4, epochs=3)
 
@@ -124,7 +128,10 @@ def test_resume_with_a_torch_generator() -> None:
 
     def make(resumed: bool):
         return DataLoader(
-            Noisy(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3),
+            Noisy(),
+            batch_size=4,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(3),
             num_workers=2 if resumed else 0,
         )
 
@@ -181,7 +188,9 @@ def test_bad_states_are_rejected_with_what_to_pass(state, message) -> None:
 def test_a_sampler_state_needs_a_sampler_that_can_load_it() -> None:
     state = DataLoader(Noisy(), batch_size=2, shuffle=True, generator=1).state_dict()
     loader = DataLoader(Noisy(), batch_sampler=[[0, 1], [2]])
-    with pytest.raises(ValueError, match="holds a sampler state but this loader's list has no load_state_dict"):
+    with pytest.raises(
+        ValueError, match="holds a sampler state but this loader's list has no load_state_dict"
+    ):
         loader.load_state_dict(state)
 
 
@@ -228,7 +237,11 @@ def test_iterable_datasets_without_state_say_so_mid_epoch_and_with_workers_save_
     loader = DataLoader(Stream(), batch_size=3)
     it = iter(loader)
     next(it)
-    with pytest.raises(ValueError, match="cannot save a mid-epoch state of this IterableDataset loader: Stream has no state_dict"):
+    with pytest.raises(
+        ValueError,
+        match="cannot save a mid-epoch state of this IterableDataset loader: Stream has no "
+        "state_dict",
+    ):
         loader.state_dict()
     list(it)
     assert loader.state_dict()["epoch"] == 1  # at the epoch boundary it works
@@ -238,7 +251,9 @@ def test_iterable_datasets_without_state_say_so_mid_epoch_and_with_workers_save_
 
     workers = DataLoader(Stateful(), batch_size=3, num_workers=2)
     it = iter(workers)
-    with pytest.warns(UserWarning, match="never called get_worker_info"):  # unsharded: expected here
+    with pytest.warns(
+        UserWarning, match="never called get_worker_info"
+    ):  # unsharded: expected here
         next(it)
     state = workers.state_dict()["workers"]
     assert state["num_workers"] == 2 and state["streams"][0]["dataset"] == {"start": 3}
@@ -246,7 +261,7 @@ def test_iterable_datasets_without_state_say_so_mid_epoch_and_with_workers_save_
 
 
 class Uneven:
-    """Like Noisy, but a few samples are slow, so with in_order=False batches finish out of order."""
+    """Like Noisy, but a few samples are slow: with in_order=False batches finish out of order."""
 
     def __len__(self) -> int:
         return 23
@@ -269,7 +284,9 @@ BOUNDARIES = [2, EPOCH - 1, EPOCH, EPOCH + 1]  # mid-epoch, the last batch, the 
 
 
 ORDERS = [
-    pytest.param(mode.values[0], in_order, id=f"{mode.id}-{'in-order' if in_order else 'out-of-order'}")
+    pytest.param(
+        mode.values[0], in_order, id=f"{mode.id}-{'in-order' if in_order else 'out-of-order'}"
+    )
     for mode in MODES
     for in_order in (True, False)
     if in_order or mode.values[0]["num_workers"]  # in_order applies to background workers only
@@ -278,9 +295,13 @@ ORDERS = [
 
 @pytest.mark.parametrize(("loading", "in_order"), ORDERS)
 @pytest.mark.parametrize("stop_at", BOUNDARIES, ids=lambda k: f"after-{k}")
-def test_save_load_round_trip_over_order_modes_and_epoch_boundaries(loading, in_order, stop_at) -> None:
+def test_save_load_round_trip_over_order_modes_and_epoch_boundaries(
+    loading, in_order, stop_at
+) -> None:
     options = {**loading, "in_order": in_order} if loading["num_workers"] else loading
-    make = loader_factory(options, {"num_workers": 3, "in_order": in_order}, dataset=Uneven(), **SHUFFLED)
+    make = loader_factory(
+        options, {"num_workers": 3, "in_order": in_order}, dataset=Uneven(), **SHUFFLED
+    )
     run_test_save_load_state(make, stop_at=stop_at, epochs=2, ordered=in_order)
 
 
@@ -289,7 +310,9 @@ def test_out_of_order_delivery_resumes_exactly() -> None:
     state records where the epoch stands and which batches beyond it were delivered."""
 
     def make(resumed: bool):
-        return DataLoader(Uneven(), batch_size=2, shuffle=True, generator=3, num_workers=3, in_order=False)
+        return DataLoader(
+            Uneven(), batch_size=2, shuffle=True, generator=3, num_workers=3, in_order=False
+        )
 
     loader = make(False)
     it = iter(loader)

@@ -24,25 +24,37 @@ from stoker.engine import random_scopes
 SRC = Path(stoker.__file__).parent
 REMOVED = r"is deprecated and will be removed in stoker 0\.3; "
 ENGINE_NAMES = (
-    "BATCH", "COLLATE", "GENERATORS", "SAMPLE", "begin", "end", "install", "leave_to_user", "seeding_watch",
-)  # fmt: skip
+    "BATCH",
+    "COLLATE",
+    "GENERATORS",
+    "SAMPLE",
+    "begin",
+    "end",
+    "install",
+    "leave_to_user",
+    "seeding_watch",
+)
 
 OLD_PATHS = [
     pytest.param(
         "stoker.seeding_utils", "seed_everything", stoker.seeding.seed_everything,
-        r"stoker\.seeding_utils " + REMOVED + r"import seed_everything from stoker\.seeding \(or stoker\) instead",
+        r"stoker\.seeding_utils " + REMOVED + r"import seed_everything from stoker\.seeding \(or "
+                                              r"stoker\) instead",
         id="seeding_utils.seed_everything",
     ),
     pytest.param(
         "stoker.randomness", "sample_rng", stoker.seeding.sample_rng,
-        r"stoker\.randomness " + REMOVED + r"import sample_rng from stoker\.seeding \(or stoker\) instead",
+        r"stoker\.randomness " + REMOVED + r"import sample_rng from stoker\.seeding \(or stoker\) "
+                                           r"instead",
         id="randomness.sample_rng",
     ),
     pytest.param(
         "stoker.bad_samples", "BadSampleBudget", BadSampleBudget,
-        r"stoker\.bad_samples\.BadSampleBudget " + REMOVED + r"BadSampleBudget is internal to stoker's "
-        r"DataLoader .* pass on_error='skip' and max_errors= to the DataLoader and read "
-        r"loader\.error_report\(\) instead",
+        r"stoker\.bad_samples\.BadSampleBudget " + REMOVED + r"BadSampleBudget is internal to "
+                                                             r"stoker's DataLoader .* pass "
+                                                             r"on_error='skip' and max_errors= to "
+                                                             r"the DataLoader and read "
+                                                             r"loader\.error_report\(\) instead",
         id="bad_samples.BadSampleBudget",
     ),
     pytest.param(
@@ -68,7 +80,9 @@ def test_an_old_path_gives_the_same_object_and_warns(module, name, new, message)
     with pytest.warns(DeprecationWarning, match=message) as caught:
         value = getattr(old, name)
     assert value is new
-    assert [Path(w.filename) for w in caught] == [Path(__file__)], "the warning points at the caller"
+    assert [Path(w.filename) for w in caught] == [Path(__file__)], (
+        "the warning points at the caller"
+    )
 
 
 def test_from_import_of_an_old_path_warns_too() -> None:
@@ -97,7 +111,7 @@ def test_names_that_never_were_there_still_raise_attribute_error() -> None:
 
     for module in (stoker.randomness, stoker.bad_samples):
         with pytest.raises(AttributeError, match=r"has no attribute 'no_such_name'"):
-            module.no_such_name  # noqa: B018
+            module.no_such_name  # noqa: B018 (the attribute access is the test)
     assert not hasattr(stoker.randomness, "_Scope"), "private names are not forwarded"
 
 

@@ -14,7 +14,9 @@ import pytest
 
 import stoker
 
-torch = pytest.importorskip("torch", reason="the differential tests use torch.utils.data as the oracle")
+torch = pytest.importorskip(
+    "torch", reason="the differential tests use torch.utils.data as the oracle"
+)
 tud = torch.utils.data
 
 Point = collections.namedtuple("Point", ["x", "y"])
@@ -25,14 +27,18 @@ def assert_same(ours, theirs, path="batch") -> None:
     if isinstance(theirs, torch.Tensor):
         mine = torch.as_tensor(ours)
         assert mine.dtype == theirs.dtype, f"{path}: dtype {mine.dtype} != {theirs.dtype}"
-        assert mine.shape == theirs.shape, f"{path}: shape {tuple(mine.shape)} != {tuple(theirs.shape)}"
+        assert mine.shape == theirs.shape, (
+            f"{path}: shape {tuple(mine.shape)} != {tuple(theirs.shape)}"
+        )
         assert torch.equal(mine, theirs), f"{path}: values differ"
     elif isinstance(theirs, dict):
         assert isinstance(ours, dict) and ours.keys() == theirs.keys(), path
         for key in theirs:
             assert_same(ours[key], theirs[key], f"{path}[{key!r}]")
     elif isinstance(theirs, (list, tuple)):
-        assert type(ours) is type(theirs), f"{path}: {type(ours).__name__} != {type(theirs).__name__}"
+        assert type(ours) is type(theirs), (
+            f"{path}: {type(ours).__name__} != {type(theirs).__name__}"
+        )
         assert len(ours) == len(theirs), path
         for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             assert_same(a, b, f"{path}[{i}]")
@@ -89,16 +95,24 @@ def test_sequential_batches_of_mixed_records(batch_size, drop_last) -> None:
 
 def test_shuffled_with_the_same_torch_generator_state() -> None:
     ds = PlainPairs()
-    ours = stoker.DataLoader(ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(11))
-    theirs = tud.DataLoader(ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(11))
+    ours = stoker.DataLoader(
+        ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(11)
+    )
+    theirs = tud.DataLoader(
+        ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(11)
+    )
     for _epoch in range(3):  # the generators advance identically epoch after epoch
         assert_loaders_agree(ours, theirs)
 
 
 def test_a_torch_sampler_is_used_as_it_is() -> None:
     ds = PlainPairs()
-    theirs = tud.DataLoader(ds, batch_size=4, sampler=tud.RandomSampler(ds, generator=torch.Generator().manual_seed(5)))
-    ours = stoker.DataLoader(ds, batch_size=4, sampler=tud.RandomSampler(ds, generator=torch.Generator().manual_seed(5)))
+    theirs = tud.DataLoader(
+        ds, batch_size=4, sampler=tud.RandomSampler(ds, generator=torch.Generator().manual_seed(5))
+    )
+    ours = stoker.DataLoader(
+        ds, batch_size=4, sampler=tud.RandomSampler(ds, generator=torch.Generator().manual_seed(5))
+    )
     assert_loaders_agree(ours, theirs)
 
 
@@ -116,8 +130,12 @@ def test_a_torch_sampler_is_used_as_it_is() -> None:
 )
 def test_stoker_samplers_with_torch_generators_equal_torch_samplers(make_sampler) -> None:
     ds = PlainPairs()
-    ours = stoker.DataLoader(ds, batch_size=4, sampler=make_sampler(stoker, ds, torch.Generator().manual_seed(3)))
-    theirs = tud.DataLoader(ds, batch_size=4, sampler=make_sampler(tud, ds, torch.Generator().manual_seed(3)))
+    ours = stoker.DataLoader(
+        ds, batch_size=4, sampler=make_sampler(stoker, ds, torch.Generator().manual_seed(3))
+    )
+    theirs = tud.DataLoader(
+        ds, batch_size=4, sampler=make_sampler(tud, ds, torch.Generator().manual_seed(3))
+    )
     assert_loaders_agree(ours, theirs)
 
 
@@ -147,9 +165,13 @@ def test_tensor_dataset_and_array_dataset_agree() -> None:
 
 def test_unbatched_and_custom_batch_sampler_modes() -> None:
     ds = Records(6)
-    assert_loaders_agree(stoker.DataLoader(ds, batch_size=None), tud.DataLoader(ds, batch_size=None))
+    assert_loaders_agree(
+        stoker.DataLoader(ds, batch_size=None), tud.DataLoader(ds, batch_size=None)
+    )
     batches = [[5, 0], [2], [1, 3, 4]]
-    assert_loaders_agree(stoker.DataLoader(ds, batch_sampler=batches), tud.DataLoader(ds, batch_sampler=batches))
+    assert_loaders_agree(
+        stoker.DataLoader(ds, batch_sampler=batches), tud.DataLoader(ds, batch_sampler=batches)
+    )
 
 
 class TorchStream(tud.IterableDataset):
@@ -175,4 +197,6 @@ def test_concat_subset_and_random_split_feed_identical_batches() -> None:
     their_parts = tud.random_split(base, [0.6, 0.4], generator=g_theirs)
     ours = stoker.ConcatDataset([ours_parts[1], stoker.Subset(base, [0, 2, 4])])
     theirs = tud.ConcatDataset([their_parts[1], tud.Subset(base, [0, 2, 4])])
-    assert_loaders_agree(stoker.DataLoader(ours, batch_size=4), tud.DataLoader(theirs, batch_size=4))
+    assert_loaders_agree(
+        stoker.DataLoader(ours, batch_size=4), tud.DataLoader(theirs, batch_size=4)
+    )

@@ -31,11 +31,18 @@ class NoisyRegression:
 
 def train(num_workers: int, worker_mode: str = "process") -> list[float]:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(16, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(16, 1)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loader = DataLoader(
-        NoisyRegression(), batch_size=8, shuffle=True, generator=42,
-        num_workers=num_workers, worker_mode=worker_mode, persistent_workers=num_workers > 0,
+        NoisyRegression(),
+        batch_size=8,
+        shuffle=True,
+        generator=42,
+        num_workers=num_workers,
+        worker_mode=worker_mode,
+        persistent_workers=num_workers > 0,
     )
     losses = []
     for _epoch in range(3):
@@ -53,6 +60,8 @@ def train(num_workers: int, worker_mode: str = "process") -> list[float]:
 def test_losses_are_bit_identical_with_and_without_workers() -> None:
     reference = train(0)
     assert len(reference) == 36
-    assert np.mean(reference[-12:]) < np.mean(reference[:12])  # it trains: the last epoch beats the first
+    assert np.mean(reference[-12:]) < np.mean(
+        reference[:12]
+    )  # it trains: the last epoch beats the first
     assert train(2) == reference
     assert train(2, worker_mode="thread") == reference

@@ -46,7 +46,18 @@ def assert_tally(d: Any) -> None:
 # --------------------------------------------------------------------- container rules
 
 
-LEAVES = ["ab", b"ab", bytearray(b"ab"), memoryview(b"ab"), range(3), 3, 2.5, None, np.zeros(3), np.int8(1)]
+LEAVES = [
+    "ab",
+    b"ab",
+    bytearray(b"ab"),
+    memoryview(b"ab"),
+    range(3),
+    3,
+    2.5,
+    None,
+    np.zeros(3),
+    np.int8(1),
+]
 CONTAINERS = [{}, [], (), Point(1, 2), Box(1, 2), OrderedDict(), tally(), collections.deque()]
 
 
@@ -161,7 +172,11 @@ def test_walk_yields_whole_the_containers_is_leaf_names() -> None:
         return isinstance(c, list) and all(isinstance(v, str) for v in c)
 
     tree = {"names": ["a", "b"], "x": [1], "empty": []}
-    assert list(walk(tree, is_leaf=strings)) == [(("names",), ["a", "b"]), (("x", 0), 1), (("empty",), [])]
+    assert list(walk(tree, is_leaf=strings)) == [
+        (("names",), ["a", "b"]),
+        (("x", 0), 1),
+        (("empty",), []),
+    ]
     assert list(walk(tree)) == [(("names", 0), "a"), (("names", 1), "b"), (("x", 0), 1)]
 
 
@@ -218,7 +233,9 @@ def test_a_defaultdict_batch_through_process_workers(options: dict[str, Any]) ->
 
 @pytest.mark.parametrize("pinning", ["cpu", "accelerator"])
 def test_a_defaultdict_batch_through_stoker_torch_pin_memory(pinning: str, monkeypatch) -> None:
-    torch = pytest.importorskip("torch", reason="pin_memory belongs to stoker.torch, which needs torch")
+    torch = pytest.importorskip(
+        "torch", reason="pin_memory belongs to stoker.torch, which needs torch"
+    )
     from stoker.torch import DataLoader as TorchDataLoader
     from stoker.torch import _loader
     from stoker.torch._pinning import pin_batch

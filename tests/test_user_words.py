@@ -48,17 +48,24 @@ def test_every_help_page_speaks_to_users() -> None:
     pages = {}
     for command in [[], *([c] for c in SUBCOMMANDS)]:
         result = subprocess.run(
-            [sys.executable, "-m", "stoker.cli", *command, "--help"], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "stoker.cli", *command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert result.returncode == 0, result.stderr
         pages[" ".join(["stoker", *command])] = result.stdout
     assert all(len(page) > 200 for page in pages.values())
-    problems = {name: insider_phrases(page) for name, page in pages.items() if insider_phrases(page)}
+    problems = {
+        name: insider_phrases(page) for name, page in pages.items() if insider_phrases(page)
+    }
     assert problems == {}
 
 
 def test_the_rule_catches_what_it_is_for() -> None:
     assert insider_phrases("as the seeds describe") and insider_phrases("the third seed tunes")
-    assert insider_phrases("the CPU build this machine kind keeps") and insider_phrases("see issue 12")
+    assert insider_phrases("the CPU build this machine kind keeps") and insider_phrases(
+        "see issue 12"
+    )
     assert not insider_phrases("the seed of the sampler; PyTorch issue 13246; the seeds are drawn")
     assert not insider_phrases("keeps the seed\nthe seed-like arguments (torch issue 13246)")

@@ -40,7 +40,14 @@ def test_the_message_words_the_minimum(minimum, wording) -> None:
 
 def test_message_hint_and_error_type_can_be_chosen() -> None:
     with pytest.raises(TypeError, match=r"^batches must be an integer >= 1, got 0 \(or skip it\)$"):
-        check_int("batches", 0, minimum=1, message="batches must be an integer >= 1", hint="or skip it", error=TypeError)
+        check_int(
+            "batches",
+            0,
+            minimum=1,
+            message="batches must be an integer >= 1",
+            hint="or skip it",
+            error=TypeError,
+        )
 
 
 def test_optional_ints_let_none_through_and_say_so() -> None:
@@ -61,5 +68,7 @@ def test_choices_and_seconds() -> None:
     with pytest.raises(ValueError, match=r"^mode must be one of \('pad', 'drop'\), got 'Pad'$"):
         check_choice("mode", "Pad", ("pad", "drop"))
     assert check_seconds("timeout", np.int64(2)) == 2.0
-    with pytest.raises(ValueError, match="timeout must be a non-negative number of seconds, got nan"):
+    with pytest.raises(
+        ValueError, match="timeout must be a non-negative number of seconds, got nan"
+    ):
         check_seconds("timeout", float("nan"))

@@ -35,13 +35,11 @@ def test_import_stoker_does_not_import_torch() -> None:
 
 def test_core_suite_passes_with_torch_hidden(tmp_path: Path) -> None:
     env = _env_without_torch(tmp_path)
-    probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
-    assert "hidden by the no-torch test" in probe.stderr
-    core = sorted(
-        str(p)
-        for p in TESTS.rglob("test_*.py")
-        if p.name != Path(__file__).name
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True
     )
+    assert "hidden by the no-torch test" in probe.stderr
+    core = sorted(str(p) for p in TESTS.rglob("test_*.py") if p.name != Path(__file__).name)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *core],
         env=env,

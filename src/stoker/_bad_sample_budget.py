@@ -36,7 +36,9 @@ class BadSampleBudget:
         self.skipped: list[SkippedSample] = []
         self.attempted = 0
 
-    def record(self, attempted: int, skipped: tuple[SkippedSample, ...] | list[SkippedSample]) -> None:
+    def record(
+        self, attempted: int, skipped: tuple[SkippedSample, ...] | list[SkippedSample]
+    ) -> None:
         self.attempted += attempted
         for sample in skipped:
             self.skipped.append(sample)
@@ -44,8 +46,9 @@ class BadSampleBudget:
         if skipped and len(self.skipped) > self.allowed():
             report = ErrorReport(self.skipped, self.attempted)
             msg = (
-                f"stopping: {len(self.skipped)} bad samples exceed max_errors={self.max_errors!r}.\n"
-                f"{report}\nFix or remove the broken files (stoker doctor helps), or raise max_errors."
+                f"stopping: {len(self.skipped)} bad samples exceed "
+                f"max_errors={self.max_errors!r}.\n{report}\nFix or remove the broken files "
+                "(stoker doctor helps), or raise max_errors."
             )
             raise TooManyBadSamples(msg)
 
@@ -73,12 +76,15 @@ def check_max_errors(max_errors: Any) -> int | float | None:
     if is_int(max_errors):
         return check_int("max_errors", max_errors, message="max_errors must be >= 0")
     if not isinstance(max_errors, (float, np.floating)):
-        msg = f"max_errors must be None, a count (int >= 0) or a fraction in (0, 1), got {max_errors!r}"
+        msg = (
+            "max_errors must be None, a count (int >= 0) or a fraction in (0, 1), got "
+            f"{max_errors!r}"
+        )
         raise TypeError(msg)
     if not 0 < max_errors < 1:
         msg = (
-            f"max_errors={max_errors!r}: a float is a fraction of the samples attempted and must lie "
-            "in (0, 1); pass an int for a count"
+            f"max_errors={max_errors!r}: a float is a fraction of the samples attempted and must "
+            "lie in (0, 1); pass an int for a count"
         )
         raise ValueError(msg)
     return float(max_errors)

@@ -89,8 +89,16 @@ class MissingExtraError(StokerError, ModuleNotFoundError):
 # Users import these from ``stoker``; tracebacks and reprs name them there too. Pickling
 # (a worker's exception sent to the trainer) finds them there as well.
 for _error in (
-    CollateError, DatasetError, DatasetIndexError, ImageDecodeError, MissingExtraError, PackedFormatError,
-    ShmError, StokerError, TooManyBadSamples, WorkerError,
-):  # fmt: skip
+    CollateError,
+    DatasetError,
+    DatasetIndexError,
+    ImageDecodeError,
+    MissingExtraError,
+    PackedFormatError,
+    ShmError,
+    StokerError,
+    TooManyBadSamples,
+    WorkerError,
+):
     _error.__module__ = "stoker"
 del _error

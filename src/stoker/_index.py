@@ -19,7 +19,9 @@ __all__ = ["normalize_index", "normalize_indices"]
 
 def _out_of_range(index: int, length: int, owner: str, where: str = "") -> DatasetIndexError:
     valid = f"valid indices are {-length} to {length - 1}" if length else "it is empty"
-    return DatasetIndexError(f"index {index}{where} is out of range for {owner} of length {length}; {valid}")
+    return DatasetIndexError(
+        f"index {index}{where} is out of range for {owner} of length {length}; {valid}"
+    )
 
 
 def normalize_index(index: Any, length: int, owner: str, *, hint: str = "") -> int:
@@ -72,11 +74,16 @@ def normalize_indices(indices: Any, length: int, owner: str) -> np.ndarray:
         msg = f"{owner}.__getitems__ needs a flat list of indices, got shape {raw.shape}"
         raise ValueError(msg)
     if raw.dtype.kind not in "iu":
-        msg = f"{owner}.__getitems__ needs integer indices, got dtype {raw.dtype} (first index {raw[0]!r})"
+        msg = (
+            f"{owner}.__getitems__ needs integer indices, got dtype {raw.dtype} (first index "
+            f"{raw[0]!r})"
+        )
         raise TypeError(msg)
     idx = raw.astype(np.int64, copy=False)
     bad = (idx < -length) | (idx >= length)
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
-        raise _out_of_range(int(idx[pos]), length, owner, f" (position {pos} of the {idx.size} requested)")
+        raise _out_of_range(
+            int(idx[pos]), length, owner, f" (position {pos} of the {idx.size} requested)"
+        )
     return np.where(idx < 0, idx + length, idx)

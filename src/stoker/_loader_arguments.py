@@ -88,19 +88,25 @@ def check_arguments(
         hint="use num_workers=0 to load in the main process, or 'auto' to let stoker tune it",
     )  # fmt: skip
     timeout = check_seconds(
-        "timeout", timeout, message="timeout option should be non-negative (seconds)", hint="0 waits forever"
+        "timeout",
+        timeout,
+        message="timeout option should be non-negative (seconds)",
+        hint="0 waits forever",
     )
     if tune_prefetch:
         if num_workers == 0:
-            msg = "prefetch_factor='auto' tunes background workers' buffers; pass num_workers > 0 or 'auto'"
+            msg = (
+                "prefetch_factor='auto' tunes background workers' buffers; pass num_workers > "
+                "0 or 'auto'"
+            )
             raise ValueError(msg)
         prefetch_factor = 2
     elif prefetch_factor is not None:
         if num_workers == 0:
             msg = (
-                f"prefetch_factor option could only be specified in multiprocessing: prefetch_factor="
-                f"{prefetch_factor!r} applies to background workers. Pass num_workers > 0, or leave "
-                "prefetch_factor unset (None)."
+                "prefetch_factor option could only be specified in multiprocessing: "
+                f"prefetch_factor={prefetch_factor!r} applies to background workers. Pass "
+                "num_workers > 0, or leave prefetch_factor unset (None)."
             )
             raise ValueError(msg)
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
@@ -108,7 +114,10 @@ def check_arguments(
         prefetch_factor = 2
     persistent_workers = check_bool("persistent_workers", persistent_workers)
     if persistent_workers and num_workers == 0:
-        msg = "persistent_workers option needs num_workers > 0: pass num_workers > 0, or persistent_workers=False"
+        msg = (
+            "persistent_workers option needs num_workers > 0: pass num_workers > 0, or "
+            "persistent_workers=False"
+        )
         raise ValueError(msg)
     multiprocessing_context = _check_context(multiprocessing_context, num_workers)
     check_bool("pin_memory", pin_memory)
@@ -124,10 +133,15 @@ def check_arguments(
         msg = f"collate_fn must be callable (it receives a list of samples), got {collate_fn!r}"
         raise TypeError(msg)
     if worker_threads is not None:
-        worker_threads = check_int("worker_threads", worker_threads, minimum=1, hint="or None to leave thread pools alone")
+        worker_threads = check_int(
+            "worker_threads", worker_threads, minimum=1, hint="or None to leave thread pools alone"
+        )
     if memory_budget is not None:
         memory_budget = check_int(
-            "memory_budget", memory_budget, minimum=1, hint="bytes, or None for a quarter of available memory"
+            "memory_budget",
+            memory_budget,
+            minimum=1,
+            hint="bytes, or None for a quarter of available memory",
         )
 
     if iterable and on_error == "skip":
@@ -139,14 +153,19 @@ def check_arguments(
         )
         raise ValueError(msg)
     if iterable:
-        for name, value in (("shuffle", shuffle), ("sampler", sampler), ("batch_sampler", batch_sampler)):
+        for name, value in (
+            ("shuffle", shuffle),
+            ("sampler", sampler),
+            ("batch_sampler", batch_sampler),
+        ):
             given = value not in (None, False) if name == "shuffle" else value is not None
             if given:
                 msg = (
-                    f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
-                    f"{name}={value!r}. The dataset's own iterator decides the order: shuffle inside it "
-                    "(stoker's readers take shuffle_buffer=N, and stoker.ShuffleBuffer(dataset, size) wraps any "
-                    "iterable dataset), or use a map-style dataset."
+                    f"DataLoader with IterableDataset: expected unspecified {name} option, but "
+                    f"got {name}={value!r}. The dataset's own iterator decides the order: "
+                    "shuffle inside it (stoker's readers take shuffle_buffer=N, and "
+                    "stoker.ShuffleBuffer(dataset, size) wraps any iterable dataset), or use a "
+                    "map-style dataset."
                 )
                 raise ValueError(msg)
     else:
@@ -160,16 +179,16 @@ def check_arguments(
 
     if sampler is not None and shuffle:
         msg = (
-            "sampler option is mutually exclusive with shuffle: the sampler already decides the order. "
-            "Drop shuffle=True, or pass a shuffling sampler such as RandomSampler."
+            "sampler option is mutually exclusive with shuffle: the sampler already decides the "
+            "order. Drop shuffle=True, or pass a shuffling sampler such as RandomSampler."
         )
         raise ValueError(msg)
     if batch_sampler is not None:
         if batch_size != 1 or shuffle or sampler is not None or drop_last:
             msg = (
-                "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
-                "drop_last: the batch sampler already decides batch size, order and the last batch. "
-                "Leave those four at their defaults."
+                "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
+                "and drop_last: the batch sampler already decides batch size, order and the last "
+                "batch. Leave those four at their defaults."
             )
             raise ValueError(msg)
         batch_size, drop_last = None, False
@@ -181,7 +200,9 @@ def check_arguments(
             )
             raise ValueError(msg)
     else:
-        batch_size = check_int("batch_size", batch_size, minimum=1, hint="or None to load unbatched samples")
+        batch_size = check_int(
+            "batch_size", batch_size, minimum=1, hint="or None to load unbatched samples"
+        )
     drop_last = check_bool("drop_last", drop_last)
     return Arguments(
         iterable=iterable,
@@ -208,24 +229,25 @@ def _check_context(context: Any, num_workers: int) -> Any:
         return None
     if num_workers == 0:
         msg = (
-            "multiprocessing_context can only be used with multi-process loading (num_workers > 0), "
-            f"but got num_workers=0 and multiprocessing_context={context!r}: pass num_workers > 0, "
-            "or leave multiprocessing_context unset"
+            "multiprocessing_context can only be used with multi-process loading (num_workers > "
+            f"0), but got num_workers=0 and multiprocessing_context={context!r}: pass "
+            "num_workers > 0, or leave multiprocessing_context unset"
         )
         raise ValueError(msg)
     if isinstance(context, str):
         methods = multiprocessing.get_all_start_methods()
         if context not in methods:
             msg = (
-                f"multiprocessing_context option should specify a valid start method in {methods!r}, "
-                f"but got multiprocessing_context={context!r}"
+                "multiprocessing_context option should specify a valid start method in "
+                f"{methods!r}, but got multiprocessing_context={context!r}"
             )
             raise ValueError(msg)
         return multiprocessing.get_context(context)
     if not isinstance(context, multiprocessing.context.BaseContext):
         msg = (
-            "multiprocessing_context option should be a valid context object or a string specifying "
-            f"the start method ('fork', 'forkserver', 'spawn'), but got multiprocessing_context={context!r}"
+            "multiprocessing_context option should be a valid context object or a string "
+            "specifying the start method ('fork', 'forkserver', 'spawn'), but got "
+            f"multiprocessing_context={context!r}"
         )
         raise TypeError(msg)
     return context
@@ -240,9 +262,9 @@ def warn_excessive_workers(num_workers: int, *, stacklevel: int = 3) -> None:
         return
     where = "this process may use" if hasattr(os, "sched_getaffinity") else "this machine has"
     msg = (
-        f"This DataLoader will create {num_workers} worker processes in total, more than the {cpus} "
-        f"CPUs {where}. Please be aware that excessive worker creation might get DataLoader running "
-        f"slow or even freeze: lower num_workers to {cpus} or fewer, or pass num_workers='auto' to "
-        "let stoker find the best count."
+        f"This DataLoader will create {num_workers} worker processes in total, more than the "
+        f"{cpus} CPUs {where}. Please be aware that excessive worker creation might get "
+        f"DataLoader running slow or even freeze: lower num_workers to {cpus} or fewer, or pass "
+        "num_workers='auto' to let stoker find the best count."
     )
     warnings.warn(msg, UserWarning, stacklevel=stacklevel)

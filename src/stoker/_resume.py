@@ -17,7 +17,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["STATE_VERSION", "Progress", "check_state", "epoch_owner", "mid_epoch_state", "skip_batches"]
+__all__ = [
+    "STATE_VERSION",
+    "Progress",
+    "check_state",
+    "epoch_owner",
+    "mid_epoch_state",
+    "skip_batches",
+]
 
 STATE_VERSION = 1
 _RECENT = 256  # deliveries remembered, for a pinning thread's read-ahead (at most a few)
@@ -40,7 +47,9 @@ class Progress:
     samples: int = 0  # an iterable dataset's samples drawn this epoch (its random positions)
     floor: int = 0
     ahead: set[int] = field(default_factory=set)
-    recent: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=_RECENT))
+    recent: collections.deque[int] = field(
+        default_factory=lambda: collections.deque(maxlen=_RECENT)
+    )
     # An iterable dataset read by workers: each worker's stream state after the last batch of
     # it handed out, the worker whose batch comes next in the rotation, and what to undo to
     # take deliveries back. ``resume_streams``: the states the workers load at the start.
@@ -89,7 +98,9 @@ class Progress:
         but the loop has not received.
         """
         if held > len(self.recent):
-            raise AssertionError(f"cannot take back {held} deliveries, only {len(self.recent)} are remembered")
+            raise AssertionError(
+                f"cannot take back {held} deliveries, only {len(self.recent)} are remembered"
+            )
         taken_back = set(list(self.recent)[len(self.recent) - held :]) if held else set()
         floor = min([self.floor, *(b for b in taken_back if b < self.floor)])
         ahead = (set(range(floor, self.floor)) | self.ahead) - taken_back
@@ -99,7 +110,11 @@ class Progress:
 def epoch_owner(index_sampler: Any) -> Any:
     """The sampler that takes ``set_epoch``: the index sampler or the one it wraps."""
     for candidate in (index_sampler, getattr(index_sampler, "sampler", None)):
-        if candidate is not None and callable(getattr(candidate, "set_epoch", None)) and hasattr(candidate, "epoch"):
+        if (
+            candidate is not None
+            and callable(getattr(candidate, "set_epoch", None))
+            and hasattr(candidate, "epoch")
+        ):
             return candidate
     return None
 
@@ -155,7 +170,9 @@ def check_state(state: object, index_sampler: object) -> dict[str, Any]:
         if key not in state:
             msg = f"the loader state has no {key!r} entry; pass what state_dict() returned"
             raise ValueError(msg)
-    if state.get("sampler") is not None and not callable(getattr(index_sampler, "load_state_dict", None)):
+    if state.get("sampler") is not None and not callable(
+        getattr(index_sampler, "load_state_dict", None)
+    ):
         msg = (
             f"the state holds a sampler state but this loader's {type(index_sampler).__name__} "
             "has no load_state_dict; build the loader with the same kind of sampler"

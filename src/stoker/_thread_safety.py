@@ -22,7 +22,11 @@ __all__ = ["shared_handles", "warn_shared_handles"]
 _MAX_DEPTH = 3
 _MAX_OBJECTS = 2000  # a dataset with a million attributes is not scanned whole at start-up
 _STATEFUL = (io.IOBase, tarfile.TarFile, zipfile.ZipFile, sqlite3.Connection)
-_STATEFUL_NAMES = {("h5py._hl.files", "File"), ("h5py._hl.dataset", "Dataset"), ("lmdb", "Transaction")}
+_STATEFUL_NAMES = {
+    ("h5py._hl.files", "File"),
+    ("h5py._hl.dataset", "Dataset"),
+    ("lmdb", "Transaction"),
+}
 
 
 def _is_stateful_handle(value: Any) -> bool:
@@ -69,10 +73,11 @@ def warn_shared_handles(dataset: Any, num_workers: int, *, stacklevel: int = 3) 
         return
     listed = ", ".join(handles[:4]) + (f" and {len(handles) - 4} more" if len(handles) > 4 else "")
     msg = (
-        f"worker_mode='thread' runs {num_workers} threads that call {type(dataset).__name__}.__getitem__ "
-        f"at the same time, and it holds open file handles they would share: {listed}. Interleaved "
-        "seeks and reads return the wrong bytes without an error. Open the file per thread (for "
-        "example in __getitem__, or keyed by threading.get_ident()), read with os.pread or mmap, "
-        "use worker_mode='process', or, if access is safe, set thread_safe = True on the dataset."
+        f"worker_mode='thread' runs {num_workers} threads that call "
+        f"{type(dataset).__name__}.__getitem__ at the same time, and it holds open file handles "
+        f"they would share: {listed}. Interleaved seeks and reads return the wrong bytes without "
+        "an error. Open the file per thread (for example in __getitem__, or keyed by "
+        "threading.get_ident()), read with os.pread or mmap, use worker_mode='process', or, if "
+        "access is safe, set thread_safe = True on the dataset."
     )
     warnings.warn(msg, UserWarning, stacklevel=stacklevel)

@@ -113,6 +113,7 @@ def map_leaves(data: Any, convert: Callable[[Any], Any], *, tuple_as_list: bool 
     """
     if not is_container(data):
         return convert(data)
+
     def convert_element(element: Any) -> Any:
         return map_leaves(element, convert, tuple_as_list=tuple_as_list)
 

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_optional_int", "check_seconds", "is_int"]
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_optional_int",
+    "check_seconds",
+    "is_int",
+]
 
 
 def _with_hint(msg: str, hint: str) -> str:

@@ -45,7 +45,9 @@ class WorkerRNG:
     @classmethod
     def seeded(cls, seed: int) -> WorkerRNG:
         torch = sys.modules.get("torch")
-        torch_generator = torch.Generator().manual_seed(seed & _SEED_MASK) if torch is not None else None
+        torch_generator = (
+            torch.Generator().manual_seed(seed & _SEED_MASK) if torch is not None else None
+        )
         return cls(random.Random(seed), np.random.default_rng(seed), torch_generator)
 
 
@@ -125,10 +127,17 @@ def _share_with_torch(info: WorkerInfo, owns_process: bool) -> None:
     if module is None:
         return
     if owns_process:
-        fields = {"id": info.id, "num_workers": info.num_workers, "seed": info.seed, "dataset": info.dataset}
+        fields = {
+            "id": info.id,
+            "num_workers": info.num_workers,
+            "seed": info.seed,
+            "dataset": info.dataset,
+        }
         try:
             try:
-                module._worker_info = module.WorkerInfo(**fields, rng=info.rng, worker_method=info.worker_method)
+                module._worker_info = module.WorkerInfo(
+                    **fields, rng=info.rng, worker_method=info.worker_method
+                )
             except TypeError:  # a torch before 2.13: no rng / worker_method fields
                 module._worker_info = module.WorkerInfo(**fields)
         except (AttributeError, TypeError):  # a torch without this internal: rely on the wrapper

@@ -96,7 +96,9 @@ class ErrorReport:
         ]
         lines += [f"  {s.describe()}" for s in self.skipped[:10]]
         if len(self.skipped) > 10:
-            lines.append(f"  ... and {len(self.skipped) - 10} more (loader.error_report() lists all)")
+            lines.append(
+                f"  ... and {len(self.skipped) - 10} more (loader.error_report() lists all)"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -81,7 +81,9 @@ class StringArray(Sequence[Any]):
                     f"{'text' if is_text else 'bytes'} but item 0 is {'text' if text else 'bytes'}"
                 )
                 raise TypeError(msg)
-            encoded.append(value.encode(encoding or "utf-8", "surrogateescape") if is_text else value)  # type: ignore[union-attr]
+            encoded.append(
+                value.encode(encoding or "utf-8", "surrogateescape") if is_text else value
+            )  # type: ignore[union-attr]
         lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
         self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum(lengths, out=self._offsets[1:])
@@ -89,10 +91,17 @@ class StringArray(Sequence[Any]):
         self._encoding = (encoding or "utf-8") if (text or text is None) else None
 
     @classmethod
-    def from_arrays(cls, data: np.ndarray, offsets: np.ndarray, *, encoding: str | None = "utf-8") -> StringArray:
+    def from_arrays(
+        cls, data: np.ndarray, offsets: np.ndarray, *, encoding: str | None = "utf-8"
+    ) -> StringArray:
         """Builds one over an existing byte buffer and ``len + 1`` offsets (no copy)."""
         offsets = np.asarray(offsets, dtype=np.int64)
-        if offsets.ndim != 1 or len(offsets) == 0 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+        if (
+            offsets.ndim != 1
+            or len(offsets) == 0
+            or offsets[0] != 0
+            or np.any(np.diff(offsets) < 0)
+        ):
             msg = "offsets must be a 1-D, non-decreasing int64 array starting at 0"
             raise ValueError(msg)
         if offsets[-1] > len(data):
@@ -128,7 +137,9 @@ class StringArray(Sequence[Any]):
     def __getitem__(self, index: Any) -> Any:
         n = len(self)
         if isinstance(index, slice):
-            return StringArray([self._item(i) for i in range(*index.indices(n))], encoding=self._encoding)
+            return StringArray(
+                [self._item(i) for i in range(*index.indices(n))], encoding=self._encoding
+            )
         return self._item(normalize_index(index, n, "StringArray", hint=_OR_SLICE))
 
     def __iter__(self) -> Iterator[Any]:
@@ -140,7 +151,9 @@ class StringArray(Sequence[Any]):
             return (
                 self._encoding == other._encoding
                 and np.array_equal(self._offsets, other._offsets)
-                and np.array_equal(self._data[: self._offsets[-1]], other._data[: other._offsets[-1]])
+                and np.array_equal(
+                    self._data[: self._offsets[-1]], other._data[: other._offsets[-1]]
+                )
             )
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
@@ -193,20 +206,24 @@ class RecordArray(Sequence[Any]):
         first = rows[0]
         if isinstance(first, Mapping):
             self._keys = tuple(first)
-            get = lambda row, k: row[k]  # noqa: E731
+            get = lambda row, k: row[k]
         elif isinstance(first, tuple):
             self._keys = None
-            get = lambda row, k: row[k]  # noqa: E731
+            get = lambda row, k: row[k]
         else:
             msg = (
-                f"RecordArray records must be tuples or dicts; record 0 is a {type(first).__name__}. "
-                "Use StringArray for a list of strings or paths."
+                "RecordArray records must be tuples or dicts; record 0 is a "
+                f"{type(first).__name__}. Use StringArray for a list of strings or paths."
             )
             raise TypeError(msg)
         width = len(first)
         fields = self._keys if self._keys is not None else range(width)
         for position, row in enumerate(rows):
-            if type(row) is not type(first) or len(row) != width or (self._keys is not None and tuple(row) != self._keys):
+            if (
+                type(row) is not type(first)
+                or len(row) != width
+                or (self._keys is not None and tuple(row) != self._keys)
+            ):
                 msg = (
                     f"RecordArray records must all have record 0's fields; record {position} "
                     f"is {row!r} but record 0 is {first!r}"
@@ -248,7 +265,10 @@ class RecordArray(Sequence[Any]):
         return self._columns[index]
 
     def __repr__(self) -> str:
-        return f"RecordArray(len={len(self)}, fields={self._keys or len(self._columns)}, nbytes={self.nbytes})"
+        return (
+            f"RecordArray(len={len(self)}, fields={self._keys or len(self._columns)}, "
+            f"nbytes={self.nbytes})"
+        )
 
 
 def _column(values: list[Any], field: Any) -> Any:
@@ -263,15 +283,18 @@ def _column(values: list[Any], field: Any) -> Any:
         kinds = (int, float, np.integer, np.floating)  # type: ignore[assignment]
     else:
         msg = (
-            f"RecordArray fields hold numbers, bools, strings or paths; field {field!r} of record 0 "
-            f"is a {type(first).__name__}: {first!r}"
+            f"RecordArray fields hold numbers, bools, strings or paths; field {field!r} of "
+            f"record 0 is a {type(first).__name__}: {first!r}"
         )
         raise TypeError(msg)
     for position, value in enumerate(values):
-        if not isinstance(value, kinds) or (kinds[0] is not bool and isinstance(value, (bool, np.bool_))):
+        if not isinstance(value, kinds) or (
+            kinds[0] is not bool and isinstance(value, (bool, np.bool_))
+        ):
             msg = (
-                f"RecordArray field {field!r} must have one type in every record; record {position} "
-                f"holds {value!r} ({type(value).__name__}) but record 0 holds {first!r}"
+                f"RecordArray field {field!r} must have one type in every record; record "
+                f"{position} holds {value!r} ({type(value).__name__}) but record 0 holds "
+                f"{first!r}"
             )
             raise TypeError(msg)
     return np.asarray(values)

@@ -160,14 +160,29 @@ class DataLoader(Generic[T]):
         compact_dataset: bool = False,
     ) -> None:
         args = check_arguments(
-            dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
-            num_workers=num_workers, collate_fn=collate_fn, drop_last=drop_last, timeout=timeout,
-            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
-            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory=pin_memory,
-            in_order=in_order, worker_mode=worker_mode, on_worker_death=on_worker_death,
-            copy_batches=copy_batches, worker_threads=worker_threads, on_error=on_error,
-            memory_budget=memory_budget, compact_dataset=compact_dataset,
-        )  # fmt: skip
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            drop_last=drop_last,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory=pin_memory,
+            in_order=in_order,
+            worker_mode=worker_mode,
+            on_worker_death=on_worker_death,
+            copy_batches=copy_batches,
+            worker_threads=worker_threads,
+            on_error=on_error,
+            memory_budget=memory_budget,
+            compact_dataset=compact_dataset,
+        )
         budget = BadSampleBudget(max_errors) if on_error == "skip" else None
         iterable, batch_size, shuffle, drop_last = (
             args.iterable,
@@ -369,9 +384,16 @@ class DataLoader(Generic[T]):
                 self._autotuner = self._new_autotuner()
             pool = self._pool
         return MultiWorkerIterator(
-            self._epoch_plan(), hooks, pool, owns_pool=not self.persistent_workers, progress=progress,
-            index_iter=index_iter, first_position=first_position, stats=self._stats, autotuner=self._autotuner,
-        )  # fmt: skip
+            self._epoch_plan(),
+            hooks,
+            pool,
+            owns_pool=not self.persistent_workers,
+            progress=progress,
+            index_iter=index_iter,
+            first_position=first_position,
+            stats=self._stats,
+            autotuner=self._autotuner,
+        )
 
     def _epoch_plan(self) -> EpochPlan:
         """How the engine runs this epoch; fixed when it starts."""
@@ -447,9 +469,10 @@ class DataLoader(Generic[T]):
                 self._resume_stream(resume, progress)
             elif skip:
                 msg = (
-                    f"this state is {skip} batches into epoch {epoch} of an IterableDataset but holds "
-                    "no dataset state to resume the stream from; save states at epoch boundaries, or "
-                    "give the dataset state_dict / load_state_dict and load with num_workers=0"
+                    f"this state is {skip} batches into epoch {epoch} of an IterableDataset but "
+                    "holds no dataset state to resume the stream from; save states at epoch "
+                    "boundaries, or give the dataset state_dict / load_state_dict and load with "
+                    "num_workers=0"
                 )
                 raise ValueError(msg)
             return progress, None, progress.samples
@@ -463,10 +486,11 @@ class DataLoader(Generic[T]):
         saved = resume["workers"]["num_workers"] if "workers" in resume else 0
         if saved != self.num_workers:
             msg = (
-                f"this state was saved mid-epoch by a loader with num_workers={saved}, and this one "
-                f"has num_workers={self.num_workers}: each worker of an IterableDataset reads its own "
-                f"shard of the stream, so a stream resumes only with the same number of workers. "
-                f"Pass num_workers={saved}, or save at an epoch boundary to change it."
+                f"this state was saved mid-epoch by a loader with num_workers={saved}, and this "
+                f"one has num_workers={self.num_workers}: each worker of an IterableDataset "
+                "reads its own shard of the stream, so a stream resumes only with the same "
+                f"number of workers. Pass num_workers={saved}, or save at an epoch boundary to "
+                "change it."
             )
             raise ValueError(msg)
         if saved == 0:
@@ -549,7 +573,9 @@ class DataLoader(Generic[T]):
         if self.num_workers == 0:
             return {"dataset": self.dataset.state_dict(), "samples": progress.samples}
         streams, next_worker = progress.stream_resumable(held)
-        return {"workers": {"num_workers": self.num_workers, "streams": streams, "next": next_worker}}
+        return {
+            "workers": {"num_workers": self.num_workers, "streams": streams, "next": next_worker}
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next ``iter(loader)`` continue from ``state`` (see :meth:`state_dict`)."""
@@ -797,13 +823,13 @@ def _warn_longer_than_len(
             )
         else:
             msg = (
-                f"len(dataloader) of IterableDataset {dataset} was reported to be {length} batches, "
-                f"but {fetched} batches have been fetched. "
+                f"len(dataloader) of IterableDataset {dataset} was reported to be {length} "
+                f"batches, but {fetched} batches have been fetched. "
             )
         if loader.num_workers > 0:
             msg += (
-                "For multiprocessing data-loading, this could be caused by not properly configuring "
-                f"the IterableDataset replica at each worker: {shard}"
+                "For multiprocessing data-loading, this could be caused by not properly "
+                f"configuring the IterableDataset replica at each worker: {shard}"
             )
         else:
             msg += "The dataset's __len__ does not match what its __iter__ yields."

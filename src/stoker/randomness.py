@@ -17,8 +17,16 @@ __all__ = ["sample_rng"]  # noqa: F822 (served, with a warning, by __getattr__)
 
 _SCOPES = "stoker.engine.random_scopes"
 _INTERNAL = (
-    "BATCH", "COLLATE", "GENERATORS", "SAMPLE", "begin", "end", "install", "leave_to_user", "seeding_watch",
-)  # fmt: skip
+    "BATCH",
+    "COLLATE",
+    "GENERATORS",
+    "SAMPLE",
+    "begin",
+    "end",
+    "install",
+    "leave_to_user",
+    "seeding_watch",
+)
 
 
 def _internal(name: str) -> Moved:
@@ -31,7 +39,9 @@ def _internal(name: str) -> Moved:
 
 _MOVED = {
     "sample_rng": Moved(
-        "stoker.seeding", "import sample_rng from stoker.seeding (or stoker) instead", whole_module=True
+        "stoker.seeding",
+        "import sample_rng from stoker.seeding (or stoker) instead",
+        whole_module=True,
     ),
     **{name: _internal(name) for name in _INTERNAL},
 }

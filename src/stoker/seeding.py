@@ -265,7 +265,9 @@ def _derive_rng(generator: object) -> np.random.Generator:
     if _is_torch_generator(generator):
         import torch
 
-        seed = int(torch.randint(0, _DRAWN_SEED_BOUND, (), dtype=torch.int64, generator=generator).item())
+        seed = int(
+            torch.randint(0, _DRAWN_SEED_BOUND, (), dtype=torch.int64, generator=generator).item()
+        )
         return epoch_rng(seed, 0)
     return epoch_rng(_resolve_base_seed(generator), 0)
 

@@ -14,7 +14,9 @@ __all__ = ["seed_everything"]  # noqa: F822 (served, with a warning, by __getatt
 
 _MOVED = {
     "seed_everything": Moved(
-        "stoker.seeding", "import seed_everything from stoker.seeding (or stoker) instead", whole_module=True
+        "stoker.seeding",
+        "import seed_everything from stoker.seeding (or stoker) instead",
+        whole_module=True,
     ),
 }
 

@@ -16,7 +16,7 @@ import pytest
 import stoker
 
 pytest.importorskip("PIL", reason="writes JPEG files with Pillow (the image extra)")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
 SRC = str(Path(stoker.__file__).resolve().parents[1])
 

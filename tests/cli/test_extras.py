@@ -97,8 +97,22 @@ def test_bench_without_tqdm_and_matplotlib_runs_and_names_the_cli_extra(
     core_only: dict[str, str], tmp_path: Path
 ) -> None:
     (tmp_path / "data.py").write_text(DATASET)
-    result = python(core_only, "-m", "stoker", "bench", "data.py:dataset", "--workers", "0",
-                    "--batches", "2", "--batch-size", "8", "--plot", "p.png", cwd=tmp_path)  # fmt: skip
+    result = python(
+        core_only,
+        "-m",
+        "stoker",
+        "bench",
+        "data.py:dataset",
+        "--workers",
+        "0",
+        "--batches",
+        "2",
+        "--batch-size",
+        "8",
+        "--plot",
+        "p.png",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "plot: skipped, the plot needs matplotlib: pip install 'stoker[cli]'" in result.stdout
     assert not (tmp_path / "p.png").exists()
@@ -131,16 +145,20 @@ def test_import_stoker_torch_names_the_torch_extra(core_only: dict[str, str]) ->
     [
         (
             "from stoker.formats.image_folder import ImageFolder; ImageFolder({folder!r})",
-            "MissingExtraError: ImageFolder needs Pillow to decode images: pip install 'stoker[image]'",
+            "MissingExtraError: ImageFolder needs Pillow to decode images: pip install "
+            "'stoker[image]'",
         ),
         (
             "from stoker.vision import DecodeImage; DecodeImage()",
-            "MissingExtraError: DecodeImage needs Pillow to decode images: pip install 'stoker[image]'",
+            "MissingExtraError: DecodeImage needs Pillow to decode images: pip install "
+            "'stoker[image]'",
         ),
     ],
     ids=["ImageFolder", "DecodeImage"],
 )
-def test_image_datasets_name_the_extra_when_built(code: str, message: str, core_only, folder) -> None:
+def test_image_datasets_name_the_extra_when_built(
+    code: str, message: str, core_only, folder
+) -> None:
     result = python(core_only, "-c", code.format(folder=str(folder)))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == f"stoker.{message}"

@@ -187,7 +187,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_stops_the_workers(
         assert len(workers) >= 2, "the workers never started"
         time.sleep(0.5)  # batches are flowing
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

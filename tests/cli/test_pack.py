@@ -69,7 +69,8 @@ def test_packs_an_image_folder_skipping_and_reporting_corrupt_files(
     ds = PackedDataset(dst, verify="open")
     assert ds.classes == ["chat", "empty", "猫"]  # sorted, the empty class keeps its label
     assert ds.metadata["skipped"] == 2 and ds.metadata["packed_by"] == "stoker pack"
-    # torchvision's order: classes, then sorted walk; every record is the file's bytes, byte for byte
+    # torchvision's order: classes, then sorted walk; every record is the file's bytes, byte for
+    # byte
     keys = [ds.key(i) for i in range(len(ds))]
     assert keys == ["chat/1.jpg", "chat/chat_été.jpg", "chat/sub/3.jpg", "猫/b.JPG", "猫/猫.jpg"]
     for i, key in enumerate(keys):
@@ -208,7 +209,9 @@ def test_a_saved_image_folder_index_is_used_instead_of_walking(tmp_path, image_f
 
     index = tmp_path / "index.json"
     ImageFolder(tmp_path / "src").save_index(index)
-    (tmp_path / "src" / "chat" / "added_later.jpg").write_bytes(image_folder["chat/1.jpg"])  # not in the index
+    (tmp_path / "src" / "chat" / "added_later.jpg").write_bytes(
+        image_folder["chat/1.jpg"]
+    )  # not in the index
     assert pack(tmp_path / "src", tmp_path / "dst", "--index", index) == 0
     ds = PackedDataset(tmp_path / "dst")
     keys = [ds.key(i) for i in range(len(ds))]

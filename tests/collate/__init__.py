@@ -1,1 +1,1 @@
-"""Tests of stoker.collate: the default collate and its registry, padding, ragged fields, torch tensors."""
+"""Tests of stoker.collate: default collate and registry, padding, ragged fields, tensors."""

@@ -60,10 +60,14 @@ def test_the_collate_modules_import_the_registry_and_never_the_package():
     for path in sorted(package.glob("*.py")):
         if path.name == "__init__.py":
             continue
-        allowed = {"stoker.collate._registry", "stoker.collate._fields"} - {f"stoker.collate.{path.stem}"}
+        allowed = {"stoker.collate._registry", "stoker.collate._fields"} - {
+            f"stoker.collate.{path.stem}"
+        }
         if path.stem == "_registry":
             allowed = set()
-        assert _collate_imports(path) <= allowed, f"{path.name} imports {_collate_imports(path) - allowed}"
+        assert _collate_imports(path) <= allowed, (
+            f"{path.name} imports {_collate_imports(path) - allowed}"
+        )
 
 
 # ----------------------------------------------------------------- leaf types

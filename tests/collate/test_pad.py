@@ -422,7 +422,12 @@ def test_torch_tensors_match_the_seed_reference_implementation():
 
 def test_numpy_integers_are_options_too():
     batch = [{"ids": np.arange(3)}, {"ids": np.arange(6)}]
-    numpy = PadCollate(pad_value=np.int64(-1), pad_to_multiple_of=np.int64(4), max_length=np.int32(8), axis=np.int64(0))
+    numpy = PadCollate(
+        pad_value=np.int64(-1),
+        pad_to_multiple_of=np.int64(4),
+        max_length=np.int32(8),
+        axis=np.int64(0),
+    )
     plain = PadCollate(pad_value=-1, pad_to_multiple_of=4, max_length=8, axis=0)
     assert numpy == plain
     assert all(type(getattr(numpy, n)) is int for n in ("pad_to_multiple_of", "max_length", "axis"))

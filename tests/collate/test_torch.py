@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="torch is the oracle for default_collate parity")
-from torch.utils.data import default_collate as torch_default_collate  # noqa: E402
+from torch.utils.data import default_collate as torch_default_collate
 
-from collate.allocators import Pool  # noqa: E402
-from stoker._errors import CollateError  # noqa: E402
-from stoker._stacked import StackedSamples  # noqa: E402
-from stoker.collate import collate_into, default_collate, pad_collate  # noqa: E402
+from collate.allocators import Pool
+from stoker._errors import CollateError
+from stoker._stacked import StackedSamples
+from stoker.collate import collate_into, default_collate, pad_collate
 
 Point = namedtuple("Point", ["x", "y"])
 

@@ -20,7 +20,8 @@ from doctor.synthetic import (
 from stoker import ArrayDataset, Dataset, IterableDataset
 from stoker.doctor import check
 
-# ------------------------------------------------------------------ the value-range and layout flags
+# ------------------------------------------------------------------ the value-range and layout
+# flags
 
 
 def test_float_images_in_0_255_are_flagged() -> None:
@@ -246,4 +247,3 @@ def test_argument_errors() -> None:
         check(standardised(), batch_size=0)
     with pytest.raises(ValueError, match=r"index must be a non-negative integer, got -1"):
         check(standardised(), index=-1)
-

@@ -37,4 +37,3 @@ def test_json_round_trips() -> None:
     assert [f["check"] for f in data["findings"]][:2] == ["length", "sample"]
     assert data["normalize"]["field"] == "sample[0]"
     assert data["normalize"]["mean"] == pytest.approx(list(report.mean))
-

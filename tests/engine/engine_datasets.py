@@ -425,7 +425,13 @@ class GlobalDraws:
             import torch
 
             torch_draw = int(torch.randint(0, 2**30, ()).item())
-        return (i, worker_id(), int(np.random.randint(0, 2**30)), random.getrandbits(30), torch_draw)
+        return (
+            i,
+            worker_id(),
+            int(np.random.randint(0, 2**30)),
+            random.getrandbits(30),
+            torch_draw,
+        )
 
 
 class SharedCounter:
@@ -511,7 +517,9 @@ class WorkersMeet(SharedCounter):
             if self.count.value == self.n:
                 self.arrived.release()
         if not self.arrived.acquire(timeout=self.limit_s):
-            raise TimeoutError(f"sample {i}: the other workers never arrived (one worker holds two samples)")
+            raise TimeoutError(
+                f"sample {i}: the other workers never arrived (one worker holds two samples)"
+            )
         self.arrived.release()
         return worker_id()
 
@@ -528,7 +536,7 @@ class Unpicklable:
 
 
 def collate_unpicklable_at(bad: int):
-    """A collate_fn (module-level, so spawn can send it) whose batch holding ``bad`` cannot travel."""
+    """A collate_fn (module-level, for spawn) whose batch holding ``bad`` cannot travel."""
     return _CollateUnpicklable(bad)
 
 
@@ -588,7 +596,9 @@ class CollectsGarbage:
         import gc
         import sys
 
-        sys.unraisablehook = lambda u: append_line(self.log, f"{type(u.exc_value).__name__}: {u.exc_value}")
+        sys.unraisablehook = lambda u: append_line(
+            self.log, f"{type(u.exc_value).__name__}: {u.exc_value}"
+        )
         gc.collect()
         return i
 

@@ -129,8 +129,12 @@ def test_iterable_dataset_runs_one_replica_per_worker(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_torch_datasets_that_shard_with_torchs_get_worker_info_are_not_duplicated(mode: str) -> None:
-    torch = pytest.importorskip("torch", reason="a torch IterableDataset asking torch for its worker")
+def test_torch_datasets_that_shard_with_torchs_get_worker_info_are_not_duplicated(
+    mode: str,
+) -> None:
+    torch = pytest.importorskip(
+        "torch", reason="a torch IterableDataset asking torch for its worker"
+    )
     loader = DataLoader(TorchShardedStream(20), batch_size=3, num_workers=2, worker_mode=mode)
     values = sorted(int(v) for batch in loader for v in batch)
     assert values == list(range(20))
@@ -254,11 +258,12 @@ def test_thread_workers_sharing_a_file_handle_are_warned_about(tmp_path) -> None
     with pytest.warns(UserWarning) as caught:
         DataLoader(dataset, batch_size=4, num_workers=2, worker_mode="thread")
     assert str(caught[0].message) == (
-        "worker_mode='thread' runs 2 threads that call OneHandle.__getitem__ at the same time, and "
-        "it holds open file handles they would share: dataset.records['file'] (BufferedReader). "
-        "Interleaved seeks and reads return the wrong bytes without an error. Open the file per "
-        "thread (for example in __getitem__, or keyed by threading.get_ident()), read with os.pread "
-        "or mmap, use worker_mode='process', or, if access is safe, set thread_safe = True on the dataset."
+        "worker_mode='thread' runs 2 threads that call OneHandle.__getitem__ at the same time, "
+        "and it holds open file handles they would share: dataset.records['file'] "
+        "(BufferedReader). Interleaved seeks and reads return the wrong bytes without an error. "
+        "Open the file per thread (for example in __getitem__, or keyed by "
+        "threading.get_ident()), read with os.pread or mmap, use worker_mode='process', or, if "
+        "access is safe, set thread_safe = True on the dataset."
     )
     # process workers each have their own handle; a declared-safe dataset is taken at its word
     DataLoader(dataset, batch_size=4, num_workers=2)

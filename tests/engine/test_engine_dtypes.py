@@ -25,7 +25,10 @@ DTYPES = [
     [("xy", "<f4", (2,)), ("name", "S3"), ("when", "<M8[s]")],
     [("big", ">i8"), ("nested", [("u", "u1"), ("v", "<i2")])],
 ]  # fmt: skip
-SMALL, LARGE = (3,), (16384,)  # a batch of 4 LARGE samples holds 64 KiB or more for every dtype here
+SMALL, LARGE = (
+    (3,),
+    (16384,),
+)  # a batch of 4 LARGE samples holds 64 KiB or more for every dtype here
 
 
 def _values(dtype: np.dtype, shape: tuple[int, ...], i: int) -> np.ndarray:
@@ -33,8 +36,14 @@ def _values(dtype: np.dtype, shape: tuple[int, ...], i: int) -> np.ndarray:
     raw = np.arange(i * 7919, i * 7919 + int(np.prod(shape)) * dtype.itemsize, dtype=np.int64)
     data = (raw * 2654435761 % 251).astype(np.uint8)
     array = data.view(dtype).reshape(shape).copy()
-    if dtype.kind == "f" or dtype.kind == "c" or (dtype.names and any(dtype[n].kind == "f" for n in dtype.names)):
-        array = np.nan_to_num(array) if dtype.names is None else array  # NaN != NaN: keep comparisons exact
+    if (
+        dtype.kind == "f"
+        or dtype.kind == "c"
+        or (dtype.names and any(dtype[n].kind == "f" for n in dtype.names))
+    ):
+        array = (
+            np.nan_to_num(array) if dtype.names is None else array
+        )  # NaN != NaN: keep comparisons exact
     return array
 
 
@@ -62,7 +71,9 @@ def _backing(array: np.ndarray) -> str:
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    if a.dtype.kind in "fc" and a.dtype.itemsize > 8:  # long doubles: their padding bytes are undefined
+    if (
+        a.dtype.kind in "fc" and a.dtype.itemsize > 8
+    ):  # long doubles: their padding bytes are undefined
         return bool(np.array_equal(a, b, equal_nan=True))
     return a.tobytes() == b.tobytes()
 
@@ -74,11 +85,15 @@ def test_every_dtype_survives_every_path(dtype, mode) -> None:
     for shape in (SMALL, LARGE):
         dataset = Typed(dtype, shape)
         expected = list(DataLoader(dataset, batch_size=4, collate_fn=np.stack))
-        loader = DataLoader(dataset, batch_size=4, collate_fn=np.stack, num_workers=2, worker_mode=mode)
+        loader = DataLoader(
+            dataset, batch_size=4, collate_fn=np.stack, num_workers=2, worker_mode=mode
+        )
         got = list(loader)
         assert len(got) == len(expected) == 6
         for i, (a, b) in enumerate(zip(got, expected, strict=True)):
-            assert _same(a, b), f"{dtype} {shape} batch {i}: {a.dtype} {a.shape} != {b.dtype} {b.shape}"
+            assert _same(a, b), (
+                f"{dtype} {shape} batch {i}: {a.dtype} {a.shape} != {b.dtype} {b.shape}"
+            )
         paths = {_backing(b) for b in got}
         if mode == "thread" or shape == SMALL:
             assert paths == {"heap"}, paths

@@ -48,10 +48,11 @@ def notes(exc: BaseException) -> str:
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_getitem_errors_name_the_dataset_index(num_workers) -> None:
     loader = DataLoader(FailsAt(bad=5), batch_size=4, num_workers=num_workers)
-    with pytest.raises(ValueError, match="cannot decode file_5.jpg") as info:
+    with pytest.raises(ValueError, match=r"cannot decode file_5\.jpg") as info:
         list(loader)
-    assert "stoker: raised by dataset[5] (FailsAt) while loading batch 1, dataset indices [4, 5, 6, 7]" in notes(
-        info.value
+    assert (
+        "stoker: raised by dataset[5] (FailsAt) while loading batch 1, dataset indices [4, 5, 6, 7]"
+        in notes(info.value)
     )
 
 
@@ -76,7 +77,9 @@ def test_unbatched_errors_name_the_index() -> None:
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_collate_errors_map_sample_places_to_dataset_indices(num_workers) -> None:
     loader = DataLoader(Ragged(bad=6), batch_size=4, num_workers=num_workers)
-    with pytest.raises(CollateError, match=r"sample 0 has shape \(3,\) but sample 2 has shape \(4,\)") as info:
+    with pytest.raises(
+        CollateError, match=r"sample 0 has shape \(3,\) but sample 2 has shape \(4,\)"
+    ) as info:
         list(loader)
     assert (
         "stoker: sample 0 is dataset index 4, sample 2 is dataset index 6 "
@@ -86,8 +89,10 @@ def test_collate_errors_map_sample_places_to_dataset_indices(num_workers) -> Non
 
 
 def test_a_shuffled_batch_is_mapped_through_the_sampler() -> None:
-    loader = DataLoader(Ragged(bad=6), batch_size=8, shuffle=True, generator=np.random.default_rng(3))
-    order = list(loader.batch_sampler)[0]
+    loader = DataLoader(
+        Ragged(bad=6), batch_size=8, shuffle=True, generator=np.random.default_rng(3)
+    )
+    order = next(iter(loader.batch_sampler))
     with pytest.raises(CollateError) as info:
         list(loader)
     place = order.index(6)
@@ -109,8 +114,8 @@ def test_a_worker_that_dies_while_starting_says_so(on_worker_death) -> None:
     message = str(info.value)
     assert message.startswith("DataLoader worker ")
     assert (
-        "exited with status 3 while starting, before it loaded any batch: in worker_init_fn, or while "
-        "importing the dataset's modules in the new process." in message
+        "exited with status 3 while starting, before it loaded any batch: in worker_init_fn, or "
+        "while importing the dataset's modules in the new process." in message
     )
     assert "A replacement would fail the same way, so stoker does not start one." in message
     assert "on_worker_death" not in message and "os._exit or sys.exit in the dataset" not in message

@@ -255,26 +255,38 @@ def test_a_batch_that_cannot_be_pickled_is_that_batchs_error_not_a_dead_worker(p
     """The worker encodes its answer outside the dataset's guarded region; a batch pickle
     refuses used to kill the worker (four of them, with restart) and blame os._exit."""
     loader = DataLoader(
-        Samples(12), batch_size=2, num_workers=2, collate_fn=collate_unpicklable_at(5), on_worker_death=policy
+        Samples(12),
+        batch_size=2,
+        num_workers=2,
+        collate_fn=collate_unpicklable_at(5),
+        on_worker_death=policy,
     )
     it = iter(loader)
     got = [next(it) for _ in range(2)]
     with pytest.raises(TypeError) as excinfo:
         next(it)
     assert str(excinfo.value) == "cannot pickle '_thread.lock' object"
-    assert "stoker could not send this batch to the trainer: a process worker pickles what collate_fn returns" in notes(excinfo.value)
+    assert (
+        "stoker could not send this batch to the trainer: a process worker pickles what "
+        "collate_fn returns" in notes(excinfo.value)
+    )
     assert "while loading indices [4, 5]" in notes(excinfo.value)
     rest = list(it)  # the workers are alive: the epoch goes on
     assert got + rest == [[0, 1], [2, 3], [6, 7], [8, 9], [10, 11]]
 
 
 def test_a_worker_that_cannot_start_says_why() -> None:
-    loader = DataLoader(BreaksWhenUnpickled(8), batch_size=2, num_workers=2, multiprocessing_context="spawn")
+    loader = DataLoader(
+        BreaksWhenUnpickled(8), batch_size=2, num_workers=2, multiprocessing_context="spawn"
+    )
     with pytest.raises(NeedsAModuleItCannotFind) as excinfo:
         next(iter(loader))
     assert str(excinfo.value) == "this dataset of 8 samples cannot be rebuilt in a worker"
     text = notes(excinfo.value)
-    assert "while the worker was starting (receiving the dataset, collate_fn and worker_init_fn)" in text
+    assert (
+        "while the worker was starting (receiving the dataset, collate_fn and worker_init_fn)"
+        in text
+    )
     assert "os._exit" not in text
 
 
@@ -292,8 +304,14 @@ def test_a_worker_killed_by_sigbus_hears_both_causes(tmp_path) -> None:
     with pytest.raises(WorkerError) as excinfo:
         list(it)
     text = str(excinfo.value)
-    assert "was killed by SIGBUS (a bus error: a memory-mapped file was read past its end. Either /dev/shm is full" in text
-    assert "or a file the dataset maps (a packed shard, an .npy opened with mmap_mode) shrank or was rewritten" in text
+    assert (
+        "was killed by SIGBUS (a bus error: a memory-mapped file was read past its end. Either "
+        "/dev/shm is full" in text
+    )
+    assert (
+        "or a file the dataset maps (a packed shard, an .npy opened with mmap_mode) shrank or "
+        "was rewritten" in text
+    )
 
 
 _OUT_OF_FDS = r"""
@@ -302,7 +320,8 @@ sys.path.insert(0, sys.argv[1])
 from engine.engine_datasets import Samples
 from stoker import DataLoader
 
-loader = DataLoader(Samples(12, width=8192), batch_size=4, num_workers=1, prefetch_factor=1, timeout=30)
+loader = DataLoader(Samples(12, width=8192), batch_size=4, num_workers=1, prefetch_factor=1,
+timeout=30)
 it = iter(loader)
 it.start()  # the worker runs; its first 256 KiB batch will come through a one-off segment
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -334,8 +353,9 @@ def test_a_batch_the_trainer_cannot_map_is_that_batchs_error_not_a_hang(tmp_path
     raised, rest = done.stdout.splitlines()[-2:]
     assert raised.startswith("raised OSError 24 ")  # EMFILE
     assert (
-        "Raised in the trainer while it received the batch at indices [0, 1, 2, 3] from worker 0: the "
-        "batch's shared memory could not be mapped. The worker and the rest of the epoch are unaffected."
+        "Raised in the trainer while it received the batch at indices [0, 1, 2, 3] from worker "
+        "0: the batch's shared memory could not be mapped. The worker and the rest of the epoch "
+        "are unaffected."
     ) in raised
     assert rest == "rest [[4, 5, 6, 7], [8, 9, 10, 11]]"
 
@@ -347,7 +367,8 @@ from engine.engine_datasets import Samples
 from stoker import DataLoader
 
 warnings.simplefilter("always")
-loader = DataLoader(Samples(16, width=8192), batch_size=4, num_workers=1, prefetch_factor=1, timeout=30)
+loader = DataLoader(Samples(16, width=8192), batch_size=4, num_workers=1, prefetch_factor=1,
+timeout=30)
 it = iter(loader)
 batches = [next(it)]  # the slot pool exists now, with one slot
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -374,7 +395,10 @@ def test_a_slot_that_cannot_be_made_mid_epoch_loses_nothing(tmp_path) -> None:
         [sys.executable, "-c", _SLOTS_RUN_OUT, tests], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == "got [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]"
+    assert (
+        done.stdout.splitlines()[-1]
+        == "got [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]"
+    )
     assert done.stderr.count("stoker could not create another shared-memory slot for batches") == 1
     assert "[Errno 24] Too many open files" in done.stderr
     assert "Nothing is lost." in done.stderr
@@ -387,7 +411,8 @@ from engine.engine_datasets import Samples
 from stoker import DataLoader
 
 warnings.simplefilter("always")
-loader = DataLoader(Samples(24, width=32768), batch_size=4, num_workers=2, timeout=60)  # 1 MiB batches
+loader = DataLoader(Samples(24, width=32768), batch_size=4, num_workers=2, timeout=60)  # 1 MiB
+batches
 it = iter(loader)
 batches = [next(it)]
 fd = os.open("/dev/shm/filler", os.O_CREAT | os.O_WRONLY)
@@ -416,14 +441,14 @@ def test_dev_shm_filling_up_mid_epoch_loses_no_sample(tmp_path) -> None:
         pytest.skip("needs util-linux's unshare to give the test a /dev/shm of its own")
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
-        pytest.skip(f"cannot create a mount namespace here ({probe.stderr.strip()}): needs root or CAP_SYS_ADMIN")
+        pytest.skip(
+            f"cannot create a mount namespace here ({probe.stderr.strip()}): needs root or "
+            "CAP_SYS_ADMIN"
+        )
     tests = str(Path(__file__).resolve().parents[1])
     script = tmp_path / "fill.py"
     script.write_text(_SHM_FILLS_UP)
-    command = (
-        "mount -t tmpfs -o size=16M tmpfs /dev/shm && "
-        f"{sys.executable} {script} {tests}"
-    )
+    command = f"mount -t tmpfs -o size=16M tmpfs /dev/shm && {sys.executable} {script} {tests}"
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", command],
         capture_output=True, text=True, timeout=180,
@@ -447,7 +472,8 @@ first = next(it)
 while 1 not in loader._pool.pids:  # worker 1 has said it is ready
     next(it)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))  # no pipe for a new worker
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))  # no pipe for
+a new worker
 os.kill(loader._pool.pids[1], signal.SIGKILL)
 try:
     list(it)
@@ -469,13 +495,19 @@ def test_a_replacement_that_cannot_start_fails_the_loader_cleanly(tmp_path) -> N
 
     tests = str(Path(__file__).resolve().parents[1])
     done = subprocess.run(
-        [sys.executable, "-c", _REPLACEMENT_FAILS, tests], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _REPLACEMENT_FAILS, tests],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     raised, *epochs = done.stdout.splitlines()[-3:]
     assert raised.startswith("raised DataLoader worker 1 (pid ")
     assert "was killed by SIGKILL" in raised
-    assert "and its replacement could not start (OSError: [Errno 24] Too many open files). The workers are stopped; the next iter(loader) starts new ones." in raised
+    assert (
+        "and its replacement could not start (OSError: [Errno 24] Too many open files). The "
+        "workers are stopped; the next iter(loader) starts new ones." in raised
+    )
     assert epochs == ["epoch True", "epoch True"]
 
 
@@ -485,9 +517,12 @@ def test_a_loader_inside_a_worker_says_how_to_nest_it() -> None:
     with pytest.raises(RuntimeError) as excinfo:
         list(DataLoader(NestedLoader(), batch_size=1, num_workers=1))
     assert str(excinfo.value) == (
-        "this DataLoader runs inside a worker process (of another DataLoader, or any daemonic process), "
-        "and such a process cannot start processes of its own. Give the inner DataLoader num_workers=0, "
-        "or worker_mode='thread'."
+        "this DataLoader runs inside a worker process (of another DataLoader, or any daemonic "
+        "process), and such a process cannot start processes of its own. Give the inner "
+        "DataLoader num_workers=0, or worker_mode='thread'."
     )
     assert "while loading indices [0]" in notes(excinfo.value)
-    assert [int(b) for b in DataLoader(NestedLoader(), batch_size=None, num_workers=1, worker_mode="thread")] == [6, 6]
+    assert [
+        int(b)
+        for b in DataLoader(NestedLoader(), batch_size=None, num_workers=1, worker_mode="thread")
+    ] == [6, 6]

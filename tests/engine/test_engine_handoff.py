@@ -56,7 +56,9 @@ def test_a_worker_loads_its_next_batch_before_the_trainer_reads_its_last(tmp_pat
     two tasks and reads nothing: the second batch must still be loaded.
     """
     log = str(tmp_path / "fetched")
-    loader = DataLoader(_big_answers(tmp_path, log, kind), batch_size=2, num_workers=1, prefetch_factor=2)
+    loader = DataLoader(
+        _big_answers(tmp_path, log, kind), batch_size=2, num_workers=1, prefetch_factor=2
+    )
     it = iter(loader)
     it.start()  # starts the epoch: dispatches the worker's first two tasks, reads nothing
     deadline = time.monotonic() + _WAIT_S
@@ -73,8 +75,12 @@ def _tensor_batches(tmp_path: Any, kind: str) -> tuple[DataLoader, Any]:
     if kind == "plain":
         return DataLoader(Tensors(96, 16384), batch_size=4, num_workers=2), lambda b: b
     rows = 96
-    dataset = _arrow(tmp_path, {"idx": list(range(rows)), "input_ids": [[i] * 8192 for i in range(rows)]})
-    loader = DataLoader(dataset.with_format("torch"), batch_size=4, num_workers=2, collate_fn=PadCollate(0))
+    dataset = _arrow(
+        tmp_path, {"idx": list(range(rows)), "input_ids": [[i] * 8192 for i in range(rows)]}
+    )
+    loader = DataLoader(
+        dataset.with_format("torch"), batch_size=4, num_workers=2, collate_fn=PadCollate(0)
+    )
     return loader, lambda b: b["input_ids"]
 
 

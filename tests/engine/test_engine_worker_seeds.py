@@ -170,7 +170,9 @@ def test_a_generator_worker_init_fn_does_not_seed_keeps_per_sample_streams() -> 
         return sorted(list(DataLoader(GlobalDraws(12), batch_size=None, generator=7, **config)))
 
     reference = load()
-    seeded = load(num_workers=2, worker_init_fn=functools.partial(seed_globals_in_init, USER_SEED, "numpy"))
+    seeded = load(
+        num_workers=2, worker_init_fn=functools.partial(seed_globals_in_init, USER_SEED, "numpy")
+    )
     assert [it[3] for it in seeded] == [it[3] for it in reference]  # python: worker-independent
     assert [it[2] for it in seeded] != [it[2] for it in reference]  # numpy: the user's seed
     configured = load(num_workers=3, worker_init_fn=configure_in_init)
@@ -238,13 +240,17 @@ def test_datasets_holding_multiprocessing_primitives_work_with(context: str) -> 
 def test_the_first_samples_reach_every_worker_despite_a_staggered_start(context: str) -> None:
     # spawn and forkserver workers start one, then the rest: each still gets one of the first
     ctx = multiprocessing.get_context(context)
-    loader = DataLoader(WorkersMeet(3, ctx), batch_size=None, num_workers=3, multiprocessing_context=ctx)
+    loader = DataLoader(
+        WorkersMeet(3, ctx), batch_size=None, num_workers=3, multiprocessing_context=ctx
+    )
     assert sorted(loader) == [0, 1, 2]
 
 
 def test_the_first_samples_reach_every_worker_even_when_one_answers_first(tmp_path) -> None:
     log = tmp_path / "fetch.log"
-    loader = DataLoader(Recording(3, str(log)), batch_size=None, num_workers=3, multiprocessing_context="spawn")
+    loader = DataLoader(
+        Recording(3, str(log)), batch_size=None, num_workers=3, multiprocessing_context="spawn"
+    )
     it = iter(loader)
     it.start()  # the epoch starts: its first tasks go out, nothing is read
     deadline = time.monotonic() + 60
@@ -259,10 +265,16 @@ def test_an_unpicklable_worker_init_fn_gets_torchs_warning_and_is_named() -> Non
         pass
 
     loader = DataLoader(
-        Samples(4), batch_size=2, num_workers=2, multiprocessing_context="forkserver", worker_init_fn=local_init_fn
+        Samples(4),
+        batch_size=2,
+        num_workers=2,
+        multiprocessing_context="forkserver",
+        worker_init_fn=local_init_fn,
     )
     with (
-        pytest.warns(UserWarning, match="^Got pickle error when attempting to start a worker Process"),
+        pytest.warns(
+            UserWarning, match="^Got pickle error when attempting to start a worker Process"
+        ),
         pytest.raises((AttributeError, TypeError, pickle.PicklingError)) as excinfo,
     ):
         next(iter(loader))
@@ -276,7 +288,9 @@ def test_an_unpicklable_worker_init_fn_gets_torchs_warning_and_is_named() -> Non
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_out_of_order_stream_delivers_a_fast_workers_items_while_another_stalls(mode: str, tmp_path) -> None:
+def test_out_of_order_stream_delivers_a_fast_workers_items_while_another_stalls(
+    mode: str, tmp_path
+) -> None:
     release = tmp_path / "release"
     loader = DataLoader(
         StallingStream(6, str(release)),

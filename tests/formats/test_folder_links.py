@@ -146,11 +146,16 @@ def test_a_link_into_another_class_is_refused_whichever_class_comes_first(tmp_pa
         assert "borrowed" in text
 
 
-def test_a_fifo_in_a_folder_is_left_out_with_a_warning_instead_of_blocking(tmp_path: Path, caplog) -> None:
+def test_a_fifo_in_a_folder_is_left_out_with_a_warning_instead_of_blocking(
+    tmp_path: Path, caplog
+) -> None:
     write_lines(tmp_path / "data", "real")
     os.mkfifo(tmp_path / "data" / "pipe.jsonl")
     with caplog.at_level("WARNING", logger="stoker"):
         ds = JsonLines(str(tmp_path / "data"))
     assert [os.path.basename(p) for p in ds.files] == ["real.jsonl"]
     assert len(list(ds)) == 2
-    assert f"left out {str(tmp_path / 'data' / 'pipe.jsonl')!r}: it is a FIFO, socket or device" in caplog.text
+    assert (
+        f"left out {str(tmp_path / 'data' / 'pipe.jsonl')!r}: it is a FIFO, socket or device"
+        in caplog.text
+    )

@@ -221,7 +221,8 @@ def test_indexing_errors_and_negative_indices(tmp_path: Path) -> None:
     folder = ImageFolder(make_tree(tmp_path, ["a/1.png", "b/2.png"]))
     assert folder[-1][1] == 1 and folder[np.int64(0)][1] == 0
     with pytest.raises(
-        DatasetIndexError, match="index 2 is out of range for ImageFolder of length 2; valid indices are -2 to 1"
+        DatasetIndexError,
+        match="index 2 is out of range for ImageFolder of length 2; valid indices are -2 to 1",
     ):
         folder[2]
     with pytest.raises(IndexError):

@@ -51,7 +51,16 @@ def test_stoker_pack_prints_the_same_warning(tmp_path) -> None:
     photos = _photos(tmp_path)
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     result = subprocess.run(
-        [sys.executable, "-m", "stoker.cli", "pack", str(photos), str(tmp_path / "packed"), "--workers", "1"],
+        [
+            sys.executable,
+            "-m",
+            "stoker.cli",
+            "pack",
+            str(photos),
+            str(tmp_path / "packed"),
+            "--workers",
+            "1",
+        ],
         capture_output=True,
         text=True,
         env=env,

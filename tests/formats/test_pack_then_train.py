@@ -74,7 +74,9 @@ def test_packed_batches_equal_the_image_folder_batches(
         np.testing.assert_array_equal(labels_a, labels_b)
 
 
-def test_reduced_size_decoding_is_used_for_packed_records_too(folder_and_packed, monkeypatch) -> None:
+def test_reduced_size_decoding_is_used_for_packed_records_too(
+    folder_and_packed, monkeypatch
+) -> None:
     import stoker.vision.records as records_module
 
     root, packed = folder_and_packed
@@ -107,7 +109,9 @@ def test_decode_image_handles_bytes_dict_and_tuple_records(tmp_path) -> None:
     dicts = PackedDataset(tmp_path / "dicts", transform=DecodeImage(eval_transform(16)))
     sample = dicts[0]
     assert sample["image"].shape == (3, 16, 16) and sample["label"] == 4 and sample["name"] == "a"
-    with pytest.raises(KeyError, match=r"DecodeImage\(field='image'\): the record has no such field"):
+    with pytest.raises(
+        KeyError, match=r"DecodeImage\(field='image'\): the record has no such field"
+    ):
         PackedDataset(tmp_path / "pixels", transform=DecodeImage())[0]
     other = PackedDataset(tmp_path / "pixels", transform=DecodeImage(field="pixels"))[0]
     assert other["pixels"].shape == (30, 40, 3)

@@ -18,7 +18,13 @@ from formats.damage import bits_to_try, flipped, truncated
 from stoker.formats.packed import PackedDataset, PackedFormatError, PackedWriter
 
 RECORDS = [
-    {"jpeg": b"\xff\xd8" + bytes([i]) * (5 + 3 * i), "name": f"é{i}", "x": np.arange(i + 1, dtype="<f4"), "y": i, "w": i / 2}
+    {
+        "jpeg": b"\xff\xd8" + bytes([i]) * (5 + 3 * i),
+        "name": f"é{i}",
+        "x": np.arange(i + 1, dtype="<f4"),
+        "y": i,
+        "w": i / 2,
+    }
     for i in range(4)
 ]
 
@@ -26,7 +32,9 @@ RECORDS = [
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("packed") / "d")
-    with PackedWriter(path, max_shard_bytes=80, classes=["a", "b"], metadata={"note": "x"}) as writer:
+    with PackedWriter(
+        path, max_shard_bytes=80, classes=["a", "b"], metadata={"note": "x"}
+    ) as writer:
         for i, record in enumerate(RECORDS):
             writer.add(record, key=f"src/{i}.jpg")
     assert len(PackedDataset(path).shard_paths) == 2
@@ -38,7 +46,11 @@ def same(got: dict, expected: dict) -> bool:
         return False
     for key, value in expected.items():
         if isinstance(value, np.ndarray):
-            if not (got[key].dtype == value.dtype and got[key].shape == value.shape and (got[key] == value).all()):
+            if not (
+                got[key].dtype == value.dtype
+                and got[key].shape == value.shape
+                and (got[key] == value).all()
+            ):
                 return False
         elif isinstance(value, bytes):
             if bytes(got[key]) != value:
@@ -99,11 +111,14 @@ def test_property_no_flipped_bit_returns_other_data_than_was_written(dataset, ve
                 continue  # refused at open
             *singles, batch = results
             for i, got in enumerate(singles):
-                assert isinstance(got, PackedFormatError) or same(got, RECORDS[i]) or i == allowed, (
-                    f"{os.path.basename(file)} bit {bit}: record {i} came back different"
-                )
+                assert (
+                    isinstance(got, PackedFormatError) or same(got, RECORDS[i]) or i == allowed
+                ), f"{os.path.basename(file)} bit {bit}: record {i} came back different"
             if not isinstance(batch, PackedFormatError):
-                assert all(same(g, r) or i == allowed for i, (g, r) in enumerate(zip(batch, RECORDS, strict=True)))
+                assert all(
+                    same(g, r) or i == allowed
+                    for i, (g, r) in enumerate(zip(batch, RECORDS, strict=True))
+                )
 
 
 def test_property_a_file_truncated_anywhere_is_refused_at_open(dataset) -> None:

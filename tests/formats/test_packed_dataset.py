@@ -87,7 +87,9 @@ def test_getitem_checks_indices_like_a_sequence(packed) -> None:
     np.testing.assert_array_equal(ds[-1][0], ds[49][0])
     assert ds[np.int64(4)][1] == 1
     with pytest.raises(
-        DatasetIndexError, match=r"index 50 is out of range for PackedDataset of length 50; valid indices are -50 to 49"
+        DatasetIndexError,
+        match=r"index 50 is out of range for PackedDataset of length 50; valid indices are -50 to "
+        r"49",
     ):
         ds[50]
     with pytest.raises(IndexError, match="index -51 is out of range"):
@@ -107,7 +109,9 @@ def test_getitems_returns_the_same_samples_as_getitem_in_order(packed) -> None:
         assert got[1] == expected[1] and type(got[1]) is int
     assert ds.__getitems__([]) == []
     with pytest.raises(
-        DatasetIndexError, match=r"index 99 \(position 1 of the 2 requested\) is out of range for PackedDataset of length 50"
+        DatasetIndexError,
+        match=r"index 99 \(position 1 of the 2 requested\) is out of range for PackedDataset of "
+        r"length 50",
     ):
         ds.__getitems__([1, 99])
     assert ds.__getitems__(np.array([3, 4]))[1][1] == 1
@@ -164,7 +168,9 @@ def test_a_pickled_dataset_refuses_a_directory_rewritten_since(packed) -> None:
     with PackedWriter(packed, overwrite=True) as writer:
         writer.add((np.zeros((3, 4, 5), np.float32), 0))
     clone = pickle.loads(sent)
-    with pytest.raises(PackedFormatError, match="was rewritten after this PackedDataset was opened"):
+    with pytest.raises(
+        PackedFormatError, match="was rewritten after this PackedDataset was opened"
+    ):
         len(clone)
 
 
@@ -254,7 +260,9 @@ def test_a_shard_replaced_after_opening_is_reported_when_mapped(packed) -> None:
 def test_torch_dataloader_reads_it_like_stokers(packed) -> None:
     torch = pytest.importorskip("torch", reason="the oracle is torch.utils.data.DataLoader")
     # copy=True: torch warns when it wraps read-only numpy arrays (the default views)
-    reference = torch.utils.data.DataLoader(PackedDataset(packed, copy=True), batch_size=8, num_workers=2)
+    reference = torch.utils.data.DataLoader(
+        PackedDataset(packed, copy=True), batch_size=8, num_workers=2
+    )
     ours = DataLoader(PackedDataset(packed), batch_size=8, num_workers=2)
     for (t_images, t_labels), (s_images, s_labels) in zip(reference, ours, strict=True):
         np.testing.assert_array_equal(t_images.numpy(), s_images)

@@ -218,7 +218,8 @@ def test_records_must_keep_the_first_records_fields(tmp_path) -> None:
         writer.add((b"x", np.zeros(3, np.float32)))
     with pytest.raises(
         TypeError,
-        match=r"record 1: field 1 must be array\(dtype=<f4, ndim=1\) like in record 0, got array\(dtype=<f8",
+        match=r"record 1: field 1 must be array\(dtype=<f4, ndim=1\) like in record 0, got "
+        r"array\(dtype=<f8",
     ):
         writer.add((b"x", np.zeros(3), 1))
     with pytest.raises(
@@ -341,7 +342,8 @@ def test_an_unfinished_write_is_refused_with_a_clear_message(tmp_path) -> None:
     )  # nothing has a final name yet
     with pytest.raises(
         PackedFormatError,
-        match=r"has no manifest.json: the write did not finish \(it crashed or was aborted; \d+ partial file",
+        match=r"has no manifest.json: the write did not finish \(it crashed or was aborted; \d+ "
+        r"partial file",
     ):
         PackedDataset(tmp_path / "d")
     writer.close()
@@ -414,7 +416,8 @@ def test_a_non_empty_directory_needs_overwrite_which_replaces_the_old_dataset(tm
     (tmp_path / "d" / "notes.txt").write_text("mine")
     with pytest.raises(
         FileExistsError,
-        match=r"is not empty: it holds a packed dataset\. Choose an empty directory, or pass overwrite=True",
+        match=r"is not empty: it holds a packed dataset\. Choose an empty directory, or pass "
+        r"overwrite=True",
     ):
         PackedWriter(path)
     write(path, [b"new"], overwrite=True)
@@ -467,7 +470,10 @@ def test_a_flipped_byte_fails_the_checksum_naming_the_file_and_the_record(tmp_pa
         byte = f.read(1)
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0x01]))
-    expected = rf"{shard['data']}: record {victim} of this shard \(dataset index {first + victim}\) fails its checksum"
+    expected = (
+        rf"{shard['data']}: record {victim} of this shard \(dataset index "
+        rf"{first + victim}\) fails its checksum"
+    )
     # verify="read": only the damaged record fails, when it is read
     ds = PackedDataset(path, verify="read")
     assert ds[first + victim - 1][1] == first + victim - 1

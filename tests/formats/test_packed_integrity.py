@@ -1,4 +1,4 @@
-"""Packed datasets with damaged or hostile manifests and indexes: refused, naming the file and the fault."""
+"""Damaged or hostile packed manifests and indexes: refused, naming the file and the fault."""
 
 from __future__ import annotations
 
@@ -65,7 +65,10 @@ def flip_text(path: str, old: bytes, new: bytes) -> None:
     with open(path, "rb") as f:
         raw = f.read()
     assert raw.count(old) == 1 and len(old) == len(new)
-    assert bin(int.from_bytes(bytes(a ^ b for a, b in zip(old, new, strict=True)), "big")).count("1") == 1
+    assert (
+        bin(int.from_bytes(bytes(a ^ b for a, b in zip(old, new, strict=True)), "big")).count("1")
+        == 1
+    )
     with open(path, "wb") as f:
         f.write(raw.replace(old, new))
 
@@ -74,7 +77,9 @@ def flip_text(path: str, old: bytes, new: bytes) -> None:
 
 
 @pytest.mark.parametrize("verify", [False, "open"])
-def test_a_flipped_bit_that_byte_swaps_an_array_dtype_fails_the_manifest_checksum(tmp_path, verify) -> None:
+def test_a_flipped_bit_that_byte_swaps_an_array_dtype_fails_the_manifest_checksum(
+    tmp_path, verify
+) -> None:
     path = write(tmp_path / "d", int64_records())
     flip_text(manifest_path(path), b'"dtype": "<i8"', b'"dtype": ">i8"')
     with pytest.raises(PackedFormatError) as caught:
@@ -99,7 +104,9 @@ def test_a_flipped_bit_that_drops_an_array_dtype_is_caught(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_a_rewritten_index_whose_crc_matches_cannot_point_a_field_into_another_record(tmp_path, version) -> None:
+def test_a_rewritten_index_whose_crc_matches_cannot_point_a_field_into_another_record(
+    tmp_path, version
+) -> None:
     records = [(bytes([65 + i]) * 40, i) for i in range(4)]
     path = write(tmp_path / "d", records)
     index_path = os.path.join(path, "shard-00000.index.npy")
@@ -120,9 +127,9 @@ def test_a_rewritten_index_whose_crc_matches_cannot_point_a_field_into_another_r
     with pytest.raises(PackedFormatError) as caught:
         PackedDataset(path, verify="open")
     assert str(caught.value) == (
-        f"the index of {os.path.join(path, 'shard-00000.npy')!r} is damaged: record 1 of this shard "
-        "(dataset index 1) has field 0 outside the record (start, nbytes, length) (48, 40, 40); "
-        f"{REWRITE}"
+        f"the index of {os.path.join(path, 'shard-00000.npy')!r} is damaged: record 1 of this "
+        "shard (dataset index 1) has field 0 outside the record (start, nbytes, length) (48, "
+        f"40, 40); {REWRITE}"
     )
 
 
@@ -130,15 +137,30 @@ def test_a_rewritten_index_whose_crc_matches_cannot_point_a_field_into_another_r
     ("field", "value", "problem"),
     [
         ("shape", [-1, 3], "has array field 'values' with a negative dimension (shape) ([-1, 3])"),
-        ("shape", [2, 3], "has array field 'values' whose shape times the item size (8) is not its byte count (shape, nbytes) ([2, 3], 24)"),
+        (
+            "shape",
+            [2, 3],
+            "has array field 'values' whose shape times the item size (8) is not its byte count "
+            "(shape, nbytes) ([2, 3], 24)",
+        ),
         ("offset", 8, "does not start on a multiple of 16 (offset) (8)"),
-        ("length", 10**6, "does not lie inside the shard's 184-byte payload (offset, length) (0, 1000000)"),
-        ("key_length", 10**6, "has a key outside the 48-byte keys file (key_offset, key_length) (0, 1000000)"),
+        (
+            "length",
+            10**6,
+            "does not lie inside the shard's 184-byte payload (offset, length) (0, 1000000)",
+        ),
+        (
+            "key_length",
+            10**6,
+            "has a key outside the 48-byte keys file (key_offset, key_length) (0, 1000000)",
+        ),
     ],
 )
 @pytest.mark.parametrize("version", [1, 2])
 def test_every_index_extent_is_checked_at_open(tmp_path, field, value, problem, version) -> None:
-    path = write(tmp_path / "d", [{"values": np.zeros((1, 3), "<i8") + i, "label": i} for i in range(6)])
+    path = write(
+        tmp_path / "d", [{"values": np.zeros((1, 3), "<i8") + i, "label": i} for i in range(6)]
+    )
     index_path = os.path.join(path, "shard-00000.index.npy")
     index = np.load(index_path)
     index[{"shape": "shape0", "offset": "offset"}.get(field, field)][0] = value
@@ -152,7 +174,8 @@ def test_every_index_extent_is_checked_at_open(tmp_path, field, value, problem, 
         PackedDataset(path)
     data_path = os.path.join(path, "shard-00000.npy")
     assert str(caught.value) == (
-        f"the index of {data_path!r} is damaged: record 0 of this shard (dataset index 0) {problem}; {REWRITE}"
+        f"the index of {data_path!r} is damaged: record 0 of this shard (dataset index 0) "
+        f"{problem}; {REWRITE}"
     )
 
 
@@ -168,7 +191,12 @@ def test_a_shard_named_outside_the_dataset_is_refused(tmp_path) -> None:
 
     def point_outside(manifest: dict) -> None:
         shard = manifest["shards"][0]
-        shard.update({k: outside[k] for k in ("data_bytes", "data_file_bytes", "index_file_bytes", "index_crc32")})
+        shard.update(
+            {
+                k: outside[k]
+                for k in ("data_bytes", "data_file_bytes", "index_file_bytes", "index_crc32")
+            }
+        )
         shard["data"], shard["index"] = "../outside.npy", "../outside.index.npy"
 
     for version in (2, 1):
@@ -176,13 +204,15 @@ def test_a_shard_named_outside_the_dataset_is_refused(tmp_path) -> None:
         with pytest.raises(PackedFormatError) as caught:
             PackedDataset(path)
         assert str(caught.value) == (
-            f"{manifest_path(path)}: shards[0]['data'] must be 'shard-00000.npy' (the name the writer "
-            f"gives shard 0), got '../outside.npy': {DAMAGED}"
+            f"{manifest_path(path)}: shards[0]['data'] must be 'shard-00000.npy' (the name the "
+            f"writer gives shard 0), got '../outside.npy': {DAMAGED}"
         )
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "absolute"])
-def test_an_index_that_is_a_device_or_an_absolute_path_is_refused_before_reading(tmp_path, target) -> None:
+def test_an_index_that_is_a_device_or_an_absolute_path_is_refused_before_reading(
+    tmp_path, target
+) -> None:
     path = write(tmp_path / "d", [b"x"] * 3)
     rewrite_manifest(path, lambda m: None, version=1)
     index_path = os.path.join(path, "shard-00000.index.npy")
@@ -190,18 +220,20 @@ def test_an_index_that_is_a_device_or_an_absolute_path_is_refused_before_reading
         os.remove(index_path)
         os.symlink("/dev/zero", index_path)  # the right name, but a device behind it
         expected = (
-            f"index file {index_path!r} is not a regular file (it is a device, a FIFO or a folder); {REWRITE}"
+            f"index file {index_path!r} is not a regular file (it is a device, a FIFO or "
+            f"a folder); {REWRITE}"
         )
     else:
         rewrite_manifest(path, lambda m: m["shards"][0].update(index=index_path), version=1)
         expected = (
-            f"{manifest_path(path)}: shards[0]['index'] must be 'shard-00000.index.npy' (the name the "
-            f"writer gives shard 0), got {index_path!r}: {DAMAGED}"
+            f"{manifest_path(path)}: shards[0]['index'] must be 'shard-00000.index.npy' (the "
+            f"name the writer gives shard 0), got {index_path!r}: {DAMAGED}"
         )
     script = textwrap.dedent(
         f"""
         import resource
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # reading /dev/zero would never end
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # reading /dev/zero would never
+        end
         from stoker.formats.packed import PackedDataset
         try:
             PackedDataset({path!r})
@@ -209,7 +241,9 @@ def test_an_index_that_is_a_device_or_an_absolute_path_is_refused_before_reading
             print(type(exc).__name__ + ": " + str(exc))
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.stdout.strip() == f"PackedFormatError: {expected}", result.stderr[-2000:]
 
 
@@ -220,27 +254,45 @@ def test_an_index_that_is_a_device_or_an_absolute_path_is_refused_before_reading
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda m: m["shards"][0].pop("records"), "shards[0]['records'] must be a non-negative integer, got None"),
-        (lambda m: m["shards"][0].update(records="3"), "shards[0]['records'] must be a non-negative integer, got '3'"),
-        (lambda m: m.update(shards={"0": 1}), "the manifest['shards'] must be a list, got {'0': 1}"),
+        (
+            lambda m: m["shards"][0].pop("records"),
+            "shards[0]['records'] must be a non-negative integer, got None",
+        ),
+        (
+            lambda m: m["shards"][0].update(records="3"),
+            "shards[0]['records'] must be a non-negative integer, got '3'",
+        ),
+        (
+            lambda m: m.update(shards={"0": 1}),
+            "the manifest['shards'] must be a list, got {'0': 1}",
+        ),
         (
             lambda m: m["schema"]["fields"][1].update(kind="blob"),
-            "schema['fields'][1]['kind'] must be one of ('bytes', 'str', 'array', 'int', 'float'), got 'blob'",
+            "schema['fields'][1]['kind'] must be one of ('bytes', 'str', 'array', 'int', "
+            "'float'), got 'blob'",
         ),
         (
             lambda m: m["schema"]["fields"][0].update(dtype="<q9"),
-            "schema['fields'][0]['dtype'] must be a numpy dtype string such as '<f4' or '|u1', got '<q9'",
+            "schema['fields'][0]['dtype'] must be a numpy dtype string such as '<f4' or '|u1', "
+            "got '<q9'",
         ),
         (
             lambda m: m["schema"]["fields"][0].update(dtype="|O"),
-            "schema['fields'][0]['dtype'] must be a number, bool, time or fixed-size string dtype, got '|O'",
+            "schema['fields'][0]['dtype'] must be a number, bool, time or fixed-size string "
+            "dtype, got '|O'",
         ),
         (
             lambda m: m["schema"]["fields"][0].update(ndim=10**9),
             "schema['fields'][0]['ndim'] must be an integer from 0 to 64, got 1000000000",
         ),
-        (lambda m: m.pop("schema"), "the manifest['schema'] must be a JSON object, got NoneType None"),
-        (lambda m: m.update(records=7), "the manifest['records'] is 7 but its shards hold 6 records"),
+        (
+            lambda m: m.pop("schema"),
+            "the manifest['schema'] must be a JSON object, got NoneType None",
+        ),
+        (
+            lambda m: m.update(records=7),
+            "the manifest['records'] is 7 but its shards hold 6 records",
+        ),
     ],
 )
 def test_a_structurally_wrong_manifest_names_the_key(tmp_path, change, expected, version) -> None:
@@ -263,18 +315,26 @@ def test_a_damaged_npy_header_is_reported_without_advice_to_unpickle(tmp_path, v
     damaged = header.replace(descr, b"'|O'".ljust(len(descr))) + raw[header_end:]
     with open(index_path, "wb") as f:
         f.write(damaged)
-    rewrite_manifest(path, lambda m: m["shards"][0].update(index_crc32=zlib.crc32(damaged)), version)
+    rewrite_manifest(
+        path, lambda m: m["shards"][0].update(index_crc32=zlib.crc32(damaged)), version
+    )
     with pytest.raises(PackedFormatError) as caught:
         PackedDataset(path)
     text = str(caught.value)
-    assert text.startswith(f"index file {index_path!r} holds object of shape (6,), but the manifest describes [(")
+    assert text.startswith(
+        f"index file {index_path!r} holds object of shape (6,), but the manifest describes [("
+    )
     assert text.endswith(f"of shape (6,): it is damaged; {REWRITE}")
     assert "pickle" not in text.lower()
     broken = b"\x93NUMPY\x01\x00\x10\x00{'descr': <i8}\n" + raw[header_end:]
     with open(index_path, "wb") as f:
         f.write(broken)
     rewrite_manifest(
-        path, lambda m: m["shards"][0].update(index_crc32=zlib.crc32(broken), index_file_bytes=len(broken)), version
+        path,
+        lambda m: m["shards"][0].update(
+            index_crc32=zlib.crc32(broken), index_file_bytes=len(broken)
+        ),
+        version,
     )
     with pytest.raises(PackedFormatError) as caught:
         PackedDataset(path)
@@ -291,5 +351,6 @@ def test_a_version_1_dataset_still_opens_and_says_what_is_not_protected(tmp_path
     assert [r["label"] for r in ds] == list(range(6))
     (record,) = caplog.records
     assert record.getMessage().startswith(
-        f"{manifest_path(path)} is packed format version 1, whose manifest has no checksum: damage to it"
+        f"{manifest_path(path)} is packed format version 1, whose manifest has no checksum: "
+        "damage to it"
     )

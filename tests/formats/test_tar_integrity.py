@@ -1,4 +1,4 @@
-"""TarShards on damaged shards: gzip trailers, links and devices, oversized members, flipped bits."""
+"""TarShards on damaged shards: gzip trailers, links, devices, oversized members, bit flips."""
 
 from __future__ import annotations
 
@@ -57,12 +57,16 @@ def silent_tar_flip(compressed: bytes) -> int:
             got = members(zlib.decompress(bytes(damaged[10:-8]), -15))
         except tarfile.TarError:
             continue
-        if [name for name, _ in got] == [name for name, _ in original] and got[:10] != original[:10]:
+        if [name for name, _ in got] == [name for name, _ in original] and got[:10] != original[
+            :10
+        ]:
             return bit
     raise AssertionError("no flip of this shard changes member data only")
 
 
-def test_a_flipped_bit_in_a_gzipped_shard_is_reported_not_delivered_silently(tmp_path, caplog) -> None:
+def test_a_flipped_bit_in_a_gzipped_shard_is_reported_not_delivered_silently(
+    tmp_path, caplog
+) -> None:
     compressed = gzip.compress(plain_shard(tmp_path, 30), mtime=0)
     path = tmp_path / "damaged.tar.gz"
     path.write_bytes(compressed)
@@ -74,12 +78,17 @@ def test_a_flipped_bit_in_a_gzipped_shard_is_reported_not_delivered_silently(tmp
         # tarfile alone hands out all 30; the last is held back until the shard has ended
         assert len(delivered) == 29 and [without_url(s) for s in delivered] != expected[:29]
         text = str(caught.value)
-        assert f"tar shard {str(path)!r} is truncated or corrupt: BadGzipFile: CRC check failed" in text
+        assert (
+            f"tar shard {str(path)!r} is truncated or corrupt: BadGzipFile: CRC check failed"
+            in text
+        )
         assert "may be damaged too (pass verify='open'" in text
         it = iter(TarShards([str(path)], verify="open"))
         with pytest.raises(DatasetError) as caught:
             next(it)
-        assert "It was checked before any of its samples was delivered (verify='open')." in str(caught.value)
+        assert "It was checked before any of its samples was delivered (verify='open')." in str(
+            caught.value
+        )
         ds = TarShards([str(path)], verify="open", on_error="skip")
         with caplog.at_level(logging.WARNING, logger="stoker"):
             assert list(ds) == []
@@ -101,7 +110,9 @@ def test_property_verify_open_is_not_fooled_by_any_flipped_bit_of_a_gzipped_shar
         assert got == expected, f"bit {bit}"
 
 
-def test_property_without_verify_a_flipped_bit_of_a_gzipped_shard_still_ends_in_an_error(tmp_path) -> None:
+def test_property_without_verify_a_flipped_bit_of_a_gzipped_shard_still_ends_in_an_error(
+    tmp_path,
+) -> None:
     path = tmp_path / "s.tar.gz"
     path.write_bytes(gzip.compress(plain_shard(tmp_path, 4), mtime=0))
     expected = read_all([str(path)])
@@ -161,7 +172,9 @@ def test_property_a_shard_truncated_anywhere_raises_or_reads_whole(tmp_path, suf
 def link_shard(path) -> None:
     with tarfile.open(path, "w") as archive:
 
-        def add(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: str = "") -> None:
+        def add(
+            name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: str = ""
+        ) -> None:
             info = tarfile.TarInfo(name)
             info.type, info.linkname = kind, link
             info.size = len(data) if kind == tarfile.REGTYPE else 0
@@ -214,10 +227,15 @@ def test_a_member_larger_than_max_member_bytes_is_refused_without_reading_it(tmp
     )
     ds = TarShards([path], max_member_bytes=1 << 20, on_error="skip")
     assert [s["__key__"] for s in ds] == ["0000", "0001"] and ds.skipped == 1
-    assert [s["__key__"] for s in TarShards([path], max_member_bytes=None)] == ["0000", "big", "0001"]
-    with pytest.raises(ValueError, match="max_member_bytes must be a positive integer or None, got 0"):
+    assert [s["__key__"] for s in TarShards([path], max_member_bytes=None)] == [
+        "0000",
+        "big",
+        "0001",
+    ]
+    with pytest.raises(
+        ValueError, match="max_member_bytes must be a positive integer or None, got 0"
+    ):
         TarShards([path], max_member_bytes=0)
-
 
 
 def test_npy_members_are_checked_before_numpy_trusts_their_header(tmp_path) -> None:
@@ -227,7 +245,10 @@ def test_npy_members_are_checked_before_numpy_trusts_their_header(tmp_path) -> N
     np.lib.format.write_array_header_1_0(bomb, header)
     bomb.write(bytes(16))  # 16 bytes of data, 80 GB declared
     shards = write_tar_shards(
-        [{"__key__": "objects", "npy": objects.getvalue()}, {"__key__": "bomb", "npy": bomb.getvalue()}],
+        [
+            {"__key__": "objects", "npy": objects.getvalue()},
+            {"__key__": "bomb", "npy": bomb.getvalue()},
+        ],
         str(tmp_path / "npy-%d.tar"),
     )
     ds = TarShards(shards, decode=True, on_error="skip")
@@ -236,12 +257,15 @@ def test_npy_members_are_checked_before_numpy_trusts_their_header(tmp_path) -> N
     with pytest.raises(DatasetError) as caught:
         next(it)
     text = str(caught.value)
-    assert "sample 'objects': cannot decode the sample's 'npy' file: ValueError: it holds Python objects" in text
+    assert (
+        "sample 'objects': cannot decode the sample's 'npy' file: ValueError: it holds Python "
+        "objects" in text
+    )
     assert "stoker does not unpickle data it reads" in text and "allow_pickle" not in text
     with pytest.raises(DatasetError) as caught:
         list(TarShards(shards[0:1], decode=True, on_error=lambda exc: "objects" in str(exc)))
     assert (
         "sample 'bomb': cannot decode the sample's 'npy' file: ValueError: its header declares "
-        "(10000000000,) of float64 (80,000,000,000 bytes of data), but 16 bytes follow it: the member "
-        "is damaged" in str(caught.value)
+        "(10000000000,) of float64 (80,000,000,000 bytes of data), but 16 bytes follow it: the "
+        "member is damaged" in str(caught.value)
     )

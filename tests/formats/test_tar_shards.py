@@ -304,7 +304,7 @@ def test_a_sample_that_fails_to_decode_names_the_shard_key_and_file(tmp_path) ->
 def test_writer_is_deterministic_and_gzips(tmp_path) -> None:
     a = write_tar_shards(samples(5), str(tmp_path / "a-{:02d}.tar"), max_samples_per_shard=3)
     b = write_tar_shards(samples(5), str(tmp_path / "b-{:02d}.tar"), max_samples_per_shard=3)
-    digest = lambda p: hashlib.sha256(pathlib.Path(p).read_bytes()).hexdigest()  # noqa: E731
+    digest = lambda p: hashlib.sha256(pathlib.Path(p).read_bytes()).hexdigest()
     assert [digest(p) for p in a] == [digest(p) for p in b]
     gz = write_tar_shards(samples(5), str(tmp_path / "c-%02d.tar.gz"), max_samples_per_shard=3)
     assert pathlib.Path(gz[0]).read_bytes()[:2] == b"\x1f\x8b"
@@ -371,12 +371,21 @@ def test_raw_bytes_batch_through_the_loader(tmp_path) -> None:
 
 def test_numpy_integers_are_counts_seeds_and_epochs(tmp_path) -> None:
     paths = write_tar_shards(
-        samples(5), str(tmp_path / "n-%02d.tar"), max_samples_per_shard=np.int64(2), max_bytes_per_shard=np.int32(1 << 20)
+        samples(5),
+        str(tmp_path / "n-%02d.tar"),
+        max_samples_per_shard=np.int64(2),
+        max_bytes_per_shard=np.int32(1 << 20),
     )
     assert len(paths) == 3
-    shards = TarShards(paths, shuffle_shards=True, seed=np.int64(7), max_member_bytes=np.int64(1 << 20))
+    shards = TarShards(
+        paths, shuffle_shards=True, seed=np.int64(7), max_member_bytes=np.int64(1 << 20)
+    )
     shards.set_epoch(np.int64(1))
     plain = TarShards(paths, shuffle_shards=True, seed=7, max_member_bytes=1 << 20)
     plain.set_epoch(1)
     assert [s["__key__"] for s in shards] == [s["__key__"] for s in plain]
-    assert type(shards.seed) is int and type(shards.epoch) is int and type(shards.max_member_bytes) is int
+    assert (
+        type(shards.seed) is int
+        and type(shards.epoch) is int
+        and type(shards.max_member_bytes) is int
+    )

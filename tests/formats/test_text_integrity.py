@@ -1,4 +1,4 @@
-"""TextLines and JsonLines on damaged files: a bad line costs that line, a bad gzip file is named."""
+"""TextLines and JsonLines on damaged files: a bad line costs that line; bad gzip is named."""
 
 from __future__ import annotations
 
@@ -71,11 +71,16 @@ def test_an_invalid_utf8_byte_raises_naming_the_file_and_line(tmp_path) -> None:
 @settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 400),
-    bad=st.lists(st.tuples(st.integers(0, 399), st.sampled_from(INVALID_UTF8), st.integers(0, 30)), max_size=4),
+    bad=st.lists(
+        st.tuples(st.integers(0, 399), st.sampled_from(INVALID_UTF8), st.integers(0, 30)),
+        max_size=4,
+    ),
     gz=st.booleans(),
     kind=st.sampled_from(["json", "text"]),
 )
-def test_property_each_undecodable_line_costs_that_line_only(tmp_path_factory, n, bad, gz, kind) -> None:
+def test_property_each_undecodable_line_costs_that_line_only(
+    tmp_path_factory, n, bad, gz, kind
+) -> None:
     lines = jsonl_bytes(n)
     spoiled = set()
     for index, junk, at in bad:
@@ -88,7 +93,11 @@ def test_property_each_undecodable_line_costs_that_line_only(tmp_path_factory, n
     ds = cls([path], on_error="skip")
     got = list(ds)
     kept = [i for i in range(n) if i not in spoiled]
-    expected = [json.loads(lines[i]) for i in kept] if kind == "json" else [lines[i].decode() for i in kept]
+    expected = (
+        [json.loads(lines[i]) for i in kept]
+        if kind == "json"
+        else [lines[i].decode() for i in kept]
+    )
     assert got == expected
     assert ds.skipped == len(spoiled)
 
@@ -123,7 +132,10 @@ def test_verify_open_checks_a_gzip_file_before_delivering_any_of_it(tmp_path, ca
         assert len(delivered) == 301
         assert delivered[1:] != [line.decode() for line in jsonl_bytes(300)]
         text = str(caught.value)
-        assert f"TextLines cannot read {str(damaged)!r} after line 300: BadGzipFile: CRC check failed" in text
+        assert (
+            f"TextLines cannot read {str(damaged)!r} after line 300: BadGzipFile: CRC check failed"
+            in text
+        )
         assert "the lines read from it may be damaged too (pass verify='open'" in text
         # Checked before the first line: nothing of the damaged file is delivered.
         it = iter(TextLines([str(damaged)], verify="open"))

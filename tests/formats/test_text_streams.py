@@ -47,7 +47,8 @@ def key(record: dict) -> tuple[int, int]:
     return record["file"], record["line"]
 
 
-# ------------------------------------------------------------------ exactly once over ranks x workers
+# ------------------------------------------------------------------ exactly once over ranks x
+# workers
 
 
 @pytest.mark.parametrize("worker_mode", ["process", "thread"])
@@ -272,7 +273,8 @@ def test_truncated_gzip_raises_naming_the_file_or_is_skipped(tmp_path) -> None:
     broken = tmp_path / "b.jsonl.gz"
     broken.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(
-        DatasetError, match=r"cannot read '.*b\.jsonl\.gz' after line \d+: EOFError.*truncated or corrupt"
+        DatasetError,
+        match=r"cannot read '.*b\.jsonl\.gz' after line \d+: EOFError.*truncated or corrupt",
     ):
         list(JsonLines([good, str(broken)]))
     ds = JsonLines([good, str(broken)], on_error="skip")

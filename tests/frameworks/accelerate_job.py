@@ -68,7 +68,9 @@ def main(out_dir: str, kind: str) -> None:
             epoch["batches"].append(batch["index"].tolist())
             epoch["noise"].append([round(float(v), 6) for v in batch["noise"]])
             epoch["gathered"].extend(accelerator.gather_for_metrics(batch["index"]).tolist())
-            epoch["types"].update(f"{k}:{type(v).__name__}:{getattr(v, 'dtype', '')}" for k, v in batch.items())
+            epoch["types"].update(
+                f"{k}:{type(v).__name__}:{getattr(v, 'dtype', '')}" for k, v in batch.items()
+            )
         epoch["types"] = sorted(epoch["types"])
         record["epochs"].append(epoch)
 

@@ -16,6 +16,7 @@ from stoker._proc import descendants as _descendants
 
 _SETTLE_S = 10.0
 
+
 @pytest.fixture(autouse=True)
 def no_worker_left_behind() -> Iterator[None]:
     yield

@@ -14,6 +14,7 @@ from pathlib import Path
 
 _TIMEOUT_S = 300
 
+
 def framework_env() -> dict[str, str]:
     """The environment of a job: stoker importable, one thread per process, loopback only."""
     env = dict(os.environ)
@@ -34,6 +35,10 @@ def run_ranks(script: Path, out_dir: Path, *args: str, nproc: int = 2) -> list[d
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1", "--standalone", str(script), str(out_dir), *args,
     ]  # fmt: skip
-    done = subprocess.run(command, env=framework_env(), capture_output=True, text=True, timeout=_TIMEOUT_S)
+    done = subprocess.run(
+        command, env=framework_env(), capture_output=True, text=True, timeout=_TIMEOUT_S
+    )
     assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-8000:]}"
-    return [json.loads((out_dir / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]
+    return [
+        json.loads((out_dir / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(nproc)
+    ]

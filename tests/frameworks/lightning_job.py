@@ -70,7 +70,9 @@ class Recorder(L.LightningModule):
             "sampler": type(loader.sampler).__qualname__,
             "seen": self.seen,
         }
-        Path(self.out_dir, f"rank-{self.global_rank}.json").write_text(json.dumps(record), encoding="utf-8")
+        Path(self.out_dir, f"rank-{self.global_rank}.json").write_text(
+            json.dumps(record), encoding="utf-8"
+        )
 
 
 def main(out_dir: str, kind: str, strategy: str, source: str) -> None:

@@ -13,15 +13,17 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="accelerate trains torch models")
-pytest.importorskip("accelerate", reason="these tests drive stoker.torch through Hugging Face accelerate")
+pytest.importorskip(
+    "accelerate", reason="these tests drive stoker.torch through Hugging Face accelerate"
+)
 tud = torch.utils.data
 
-from accelerate import Accelerator  # noqa: E402
-from accelerate.data_loader import DataLoaderShard  # noqa: E402
+from accelerate import Accelerator
+from accelerate.data_loader import DataLoaderShard
 
-import stoker.torch  # noqa: E402
-from frameworks import accelerate_job as job  # noqa: E402
-from frameworks.framework_harness import run_ranks  # noqa: E402
+import stoker.torch
+from frameworks import accelerate_job as job
+from frameworks.framework_harness import run_ranks
 
 JOB = Path(job.__file__)
 
@@ -43,10 +45,14 @@ def test_ranks_get_torchs_shards_disjoint_and_covering(runs) -> None:
     ours, theirs = runs["stoker"], runs["torch"]
     for rank in range(2):
         assert ours[rank]["len"] == theirs[rank]["len"] == 4
-        assert [e["batches"] for e in ours[rank]["epochs"]] == [e["batches"] for e in theirs[rank]["epochs"]]
+        assert [e["batches"] for e in ours[rank]["epochs"]] == [
+            e["batches"] for e in theirs[rank]["epochs"]
+        ]
     for epoch in range(2):
         seen = [i for rank in range(2) for b in ours[rank]["epochs"][epoch]["batches"] for i in b]
-        assert sorted(set(seen)) == list(range(job.N))  # every sample; accelerate pads the last step
+        assert sorted(set(seen)) == list(
+            range(job.N)
+        )  # every sample; accelerate pads the last step
         assert len(seen) == 32
     assert ours[0]["epochs"][0]["batches"] != ours[0]["epochs"][1]["batches"]
 
@@ -89,7 +95,9 @@ def test_skip_first_batches_resumes_the_epoch_exactly(runs) -> None:
 
 def test_prepare_in_one_process_wraps_a_stoker_loader() -> None:
     accelerator = Accelerator(cpu=True)
-    loader = stoker.torch.DataLoader(job.Indexed(), batch_size=4, worker_mode="thread", num_workers=2, on_error="skip")
+    loader = stoker.torch.DataLoader(
+        job.Indexed(), batch_size=4, worker_mode="thread", num_workers=2, on_error="skip"
+    )
     prepared = accelerator.prepare(loader)
     assert isinstance(prepared, DataLoaderShard) and isinstance(prepared, stoker.torch.DataLoader)
     inner = prepared.base_dataloader

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="the oracle is torch.utils.data.Data
 datasets = pytest.importorskip("datasets", reason="these tests load Hugging Face datasets")
 tud = torch.utils.data
 
-import stoker.torch  # noqa: E402
+import stoker.torch
 
 ROWS = 203
 
@@ -30,7 +30,10 @@ def pad_batch(rows: list[dict]) -> dict:
 def table(tmp_path_factory) -> datasets.Dataset:
     """A dataset saved to disk and loaded back, so its Arrow data is memory-mapped."""
     lengths = [(i * 37) % 23 + 1 for i in range(ROWS)]
-    data = {"input_ids": [list(range(i, i + n)) for i, n in enumerate(lengths)], "label": [i % 5 for i in range(ROWS)]}
+    data = {
+        "input_ids": [list(range(i, i + n)) for i, n in enumerate(lengths)],
+        "label": [i % 5 for i in range(ROWS)],
+    }
     path = tmp_path_factory.mktemp("hf") / "table"
     datasets.Dataset.from_dict(data).save_to_disk(str(path))
     return datasets.load_from_disk(str(path))
@@ -55,7 +58,10 @@ def test_hf_dataset_batches_equal_torchs(table, fmt, num_workers) -> None:
                 assert torch.equal(a[key], b[key]), key
     first = [int(i) for b in batches["stoker"][0] for i in b["input_ids"][:, 0]]
     assert sorted(first) == list(range(ROWS))  # every row once (row i starts with i)
-    assert batches["stoker"][0][0]["input_ids"].tolist() != batches["stoker"][1][0]["input_ids"].tolist()
+    assert (
+        batches["stoker"][0][0]["input_ids"].tolist()
+        != batches["stoker"][1][0]["input_ids"].tolist()
+    )
 
 
 def test_hf_dataset_with_stokers_default_collate_gives_torchs_tensors(table) -> None:

@@ -15,14 +15,16 @@ import warnings
 import pytest
 
 torch = pytest.importorskip("torch", reason="Lightning trains torch models")
-L = pytest.importorskip("lightning", reason="these tests drive stoker.torch through PyTorch Lightning")
+L = pytest.importorskip(
+    "lightning", reason="these tests drive stoker.torch through PyTorch Lightning"
+)
 tud = torch.utils.data
 
-from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint  # noqa: E402
+from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint
 
-import stoker.torch  # noqa: E402
-from frameworks import lightning_job as job  # noqa: E402
-from frameworks.framework_harness import framework_env  # noqa: E402
+import stoker.torch
+from frameworks import lightning_job as job
+from frameworks.framework_harness import framework_env
 
 pytestmark = [
     # Lightning's advice about worker counts, logging and dataloader sizes is not the subject here
@@ -51,7 +53,9 @@ def steps(seen: list) -> list:
 # ------------------------------------------------------------------ two processes
 
 
-@pytest.fixture(scope="module", params=[("ddp", "hook"), ("ddp_spawn", "argument")], ids=lambda p: "-".join(p))
+@pytest.fixture(
+    scope="module", params=[("ddp", "hook"), ("ddp_spawn", "argument")], ids=lambda p: "-".join(p)
+)
 def ddp(request, tmp_path_factory) -> dict[str, list[dict]]:
     strategy, source = request.param
     tmp = tmp_path_factory.mktemp(f"lightning-{strategy}")
@@ -61,10 +65,17 @@ def ddp(request, tmp_path_factory) -> dict[str, list[dict]]:
         out.mkdir()
         command = [sys.executable, job.__file__, str(out), kind, strategy, source]
         done = subprocess.run(
-            command, env=framework_env(), cwd=tmp, capture_output=True, text=True, timeout=_TIMEOUT_S
+            command,
+            env=framework_env(),
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_S,
         )
         assert done.returncode == 0, f"{kind}: {done.stdout[-3000:]}\n{done.stderr[-8000:]}"
-        runs[kind] = [json.loads((out / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(2)]
+        runs[kind] = [
+            json.loads((out / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(2)
+        ]
     return runs
 
 
@@ -107,7 +118,9 @@ def test_fit_validate_predict_on_one_device_match_torch() -> None:
         torch.manual_seed(0)
         model = Full(kind, from_hook=False)
         loader = job.make_loader(kind, generator=torch.Generator().manual_seed(4))
-        plain = (stoker.torch.DataLoader if kind == "stoker" else tud.DataLoader)(job.Indexed(), batch_size=5)
+        plain = (stoker.torch.DataLoader if kind == "stoker" else tud.DataLoader)(
+            job.Indexed(), batch_size=5
+        )
         run = trainer()
         run.fit(model, train_dataloaders=loader, val_dataloaders=plain)
         validated = run.validate(model, dataloaders=plain, verbose=False)
@@ -137,7 +150,9 @@ def test_the_prediction_writer_receives_each_batchs_indices() -> None:
     for kind in KINDS:
         writer = Writer()
         loader = job.make_loader(kind, generator=torch.Generator().manual_seed(2))
-        trainer(callbacks=[writer]).predict(Predictor(kind, from_hook=False), dataloaders=loader, return_predictions=False)
+        trainer(callbacks=[writer]).predict(
+            Predictor(kind, from_hook=False), dataloaders=loader, return_predictions=False
+        )
         written[kind] = writer.indices
     assert written["stoker"] == written["torch"]
     assert sorted(i for b in written["stoker"] for i in b) == list(range(job.N))
@@ -165,7 +180,9 @@ def test_a_mid_epoch_checkpoint_resumes_exactly(tmp_path) -> None:
         checkpoint = next((tmp_path / kind).glob("epoch=0-step=2*.ckpt"))
         resumed = fit(kind, str(checkpoint))
         if kind == "stoker":
-            assert resumed == full[2:], "the resumed run did not continue where the checkpoint stopped"
+            assert resumed == full[2:], (
+                "the resumed run did not continue where the checkpoint stopped"
+            )
         else:
             assert steps(resumed) != steps(full[2:])
             assert any("not resumable" in w for w in fit.warnings)  # type: ignore[attr-defined]

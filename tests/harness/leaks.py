@@ -131,7 +131,9 @@ def _worker_fds() -> dict[int, str]:
     return {
         fd: target
         for fd, target in _proc.open_fds().items()
-        if target.startswith(_WORKER_FD_KINDS) and target not in helpers and not _is_mp_arena(target)
+        if target.startswith(_WORKER_FD_KINDS)
+        and target not in helpers
+        and not _is_mp_arena(target)
     }
 
 

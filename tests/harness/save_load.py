@@ -35,7 +35,9 @@ def assert_batches_equal(ours: list[Any], expected: list[Any]) -> None:
         assert a == b, f"batch {i} differs:\n{a}\n!=\n{b}"
 
 
-def _run(loader: Any, epochs: int, stop_at: int | None) -> tuple[list[tuple[int, Any]], dict[str, Any] | None, int]:
+def _run(
+    loader: Any, epochs: int, stop_at: int | None
+) -> tuple[list[tuple[int, Any]], dict[str, Any] | None, int]:
     """(epoch, batch) pairs until ``stop_at`` batches (then the state), and the last epoch."""
     out: list[tuple[int, Any]] = []
     for epoch in range(epochs):
@@ -76,7 +78,9 @@ def run_test_save_load_state(
     _close(first)
     if state is None:
         raise AssertionError(f"stop_at={stop_at} is past the end ({len(head)} batches in all)")
-    json.dumps({k: v for k, v in state.items() if k not in ("sampler", "generator")})  # plain values
+    json.dumps(
+        {k: v for k, v in state.items() if k not in ("sampler", "generator")}
+    )  # plain values
 
     second = make_loader(resumed=True)
     second.load_state_dict(state)
@@ -94,7 +98,9 @@ def run_test_save_load_state(
     else:
         ours, theirs = _by_epoch(head + tail, epochs), _by_epoch(expected, epochs)
         for e in range(epochs):
-            assert ours[e] == theirs[e], f"epoch {e}: the resumed run's batches differ from the uninterrupted run's"
+            assert ours[e] == theirs[e], (
+                f"epoch {e}: the resumed run's batches differ from the uninterrupted run's"
+            )
     return state
 
 

@@ -63,10 +63,10 @@ def test_the_memory_budget_caps_the_slot_pool_and_says_so() -> None:
         values = [int(b[0, 0, 0]) for b in loader]
     assert values == list(range(0, 24, 4))
     assert str(caught[0].message) == (
-        "memory_budget=3.0 MiB holds 2 batch slot(s) of 1.0 MiB, fewer than the 6 that num_workers=2 x "
-        "prefetch_factor=2 (+2 held by you) would use: from now on at most 3 batch(es) are loaded ahead, "
-        "and batches you hold beyond the slots travel through pipes. Raise memory_budget, or lower "
-        "batch_size or prefetch_factor."
+        "memory_budget=3.0 MiB holds 2 batch slot(s) of 1.0 MiB, fewer than the 6 that "
+        "num_workers=2 x prefetch_factor=2 (+2 held by you) would use: from now on at most 3 "
+        "batch(es) are loaded ahead, and batches you hold beyond the slots travel through pipes. "
+        "Raise memory_budget, or lower batch_size or prefetch_factor."
     )
 
 
@@ -100,7 +100,11 @@ def test_a_budget_below_one_batch_keeps_one_batch_in_flight() -> None:
 def test_autotuning_stays_within_the_memory_budget() -> None:
     batch_bytes = 4 * 64 * 1024 * 4
     loader = DataLoader(
-        Big(), batch_size=4, num_workers="auto", prefetch_factor="auto", memory_budget=100 * batch_bytes
+        Big(),
+        batch_size=4,
+        num_workers="auto",
+        prefetch_factor="auto",
+        memory_budget=100 * batch_bytes,
     )
     list(loader)
     assert batch_bytes * (loader.num_workers * loader.prefetch_factor + 2) <= 100 * batch_bytes
@@ -123,7 +127,11 @@ def test_auto_for_an_iterable_dataset_is_fixed_at_the_cores() -> None:
     ("kwargs", "message"),
     [
         ({"prefetch_factor": "auto"}, "prefetch_factor='auto' tunes background workers' buffers"),
-        ({"num_workers": "many"}, r"num_workers option should be non-negative \(an integer, or 'auto'\), got 'many' \(.*'auto'"),
+        (
+            {"num_workers": "many"},
+            r"num_workers option should be non-negative \(an integer, or 'auto'\), got 'many' "
+            r"\(.*'auto'",
+        ),
         ({"num_workers": 1, "memory_budget": 0}, "memory_budget must be a positive integer, got 0"),
     ],
 )
@@ -144,7 +152,9 @@ class Growing:
 
 def test_the_budget_holds_when_batches_grow_larger_than_expected() -> None:
     budget = 6 * 2**20
-    loader = DataLoader(Growing(), batch_size=4, num_workers=2, memory_budget=budget, copy_batches=False)
+    loader = DataLoader(
+        Growing(), batch_size=4, num_workers=2, memory_budget=budget, copy_batches=False
+    )
     seen = []
     for batch in loader:
         seen.append(batch.shape[1])

@@ -1,4 +1,4 @@
-"""Large Python containers on a dataset: warned about before process workers copy them, or compacted."""
+"""Large Python containers on a dataset: named before process workers copy them, or compacted."""
 
 from __future__ import annotations
 
@@ -39,15 +39,18 @@ def start_workers(loader: DataLoader) -> list[str]:
 
 def test_a_list_of_paths_is_named_with_its_cost_and_the_fix() -> None:
     dataset = Paths(paths())
-    [message] = start_workers(DataLoader(dataset, batch_size=16, num_workers=2, multiprocessing_context="fork"))
+    [message] = start_workers(
+        DataLoader(dataset, batch_size=16, num_workers=2, multiprocessing_context="fork")
+    )
     found = find_large_containers(dataset)[0]
     mib = f"{found.nbytes / 2**20:,.0f}"
     assert message == (
-        f"DataLoader: dataset.items is a list of str with 300,000 items (about {mib} MiB of Python "
-        "objects). Forked workers copy the memory of every Python object they read (reading writes "
-        f"its reference count), so each worker can grow by up to about {mib} MiB over an epoch. Keep "
-        "it compact: `self.items = stoker.compact(self.items)` in the dataset's __init__ (one buffer "
-        "the workers share), or pass compact_dataset=True to let the loader do it. See docs/memory.md."
+        f"DataLoader: dataset.items is a list of str with 300,000 items (about {mib} MiB of "
+        "Python objects). Forked workers copy the memory of every Python object they read "
+        f"(reading writes its reference count), so each worker can grow by up to about {mib} MiB "
+        "over an epoch. Keep it compact: `self.items = stoker.compact(self.items)` in the "
+        "dataset's __init__ (one buffer the workers share), or pass compact_dataset=True to let "
+        "the loader do it. See docs/memory.md."
     )
     real = sum(len(p) + 49 for p in dataset.items) + 8 * N  # str objects and list pointers
     assert 0.8 < found.nbytes / real < 1.25, "the estimate is far from the objects' real size"
@@ -64,8 +67,12 @@ def test_a_wrapped_dataset_and_a_dict_of_records_are_found() -> None:
     table = {i: {"path": f"/x/{i}.jpg", "label": i % 7} for i in range(N)}
     dataset = Subset(Paths(table), range(64))
     [message] = start_workers(DataLoader(dataset, batch_size=16, num_workers=2))
-    assert message.startswith("DataLoader: dataset.dataset.items is a dict of dict with 300,000 items")
-    assert "Keep it in numpy arrays or stoker.compact containers (StringArray, RecordArray)" in message
+    assert message.startswith(
+        "DataLoader: dataset.dataset.items is a dict of dict with 300,000 items"
+    )
+    assert (
+        "Keep it in numpy arrays or stoker.compact containers (StringArray, RecordArray)" in message
+    )
 
 
 @pytest.mark.parametrize(
@@ -82,7 +89,12 @@ def test_what_workers_share_or_what_is_small_is_not_warned_about(items) -> None:
 
 
 def test_thread_workers_share_the_trainers_objects_and_are_not_warned() -> None:
-    assert start_workers(DataLoader(Paths(paths()), batch_size=16, num_workers=2, worker_mode="thread")) == []
+    assert (
+        start_workers(
+            DataLoader(Paths(paths()), batch_size=16, num_workers=2, worker_mode="thread")
+        )
+        == []
+    )
 
 
 def test_compact_dataset_replaces_lists_and_keeps_every_batch() -> None:

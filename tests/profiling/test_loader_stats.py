@@ -33,8 +33,11 @@ def slow_collate(samples):
     return np.stack(samples)
 
 
-@pytest.mark.parametrize("config", [{}, {"num_workers": 2}, {"num_workers": 2, "worker_mode": "thread"}],
-                         ids=["main", "processes", "threads"])
+@pytest.mark.parametrize(
+    "config",
+    [{}, {"num_workers": 2}, {"num_workers": 2, "worker_mode": "thread"}],
+    ids=["main", "processes", "threads"],
+)
 def test_stats_account_for_every_stage(config) -> None:
     loader = DataLoader(Slow(), batch_size=4, collate_fn=slow_collate, **config)
     assert loader.stats().batches == 0
@@ -94,8 +97,12 @@ def test_per_sample_timing_and_logging_with_the_environment_variable(tmp_path) -
     )
     env = {**os.environ, "STOKER_PROFILE_SAMPLES": "1"}
     out = subprocess.run(
-        [sys.executable, "-c", script, os.path.dirname(__file__)], env=env, capture_output=True, text=True,
-        timeout=120, check=True,
+        [sys.executable, "-c", script, os.path.dirname(__file__)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     assert "SLOWEST 0 5 True" in out
     assert "SLOWEST 2 5 True" in out

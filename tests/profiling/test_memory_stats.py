@@ -97,7 +97,11 @@ class HoldsAnArray:
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 def test_spawned_workers_share_the_datasets_arrays_instead_of_copying_them(context) -> None:
-    loader = DataLoader(HoldsAnArray(), batch_size=2, num_workers=2, multiprocessing_context=context)
-    owned, values = zip(*[(o, v) for batch in loader for o, v in zip(*batch, strict=True)], strict=True)
+    loader = DataLoader(
+        HoldsAnArray(), batch_size=2, num_workers=2, multiprocessing_context=context
+    )
+    owned, values = zip(
+        *[(o, v) for batch in loader for o, v in zip(*batch, strict=True)], strict=True
+    )
     assert values == (0.0, 1000.0, 2000.0, 3000.0)
     assert not any(owned)  # each worker maps the one shared copy

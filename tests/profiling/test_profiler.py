@@ -34,7 +34,9 @@ def test_a_slow_pipeline_is_called_the_bottleneck_with_advice() -> None:
     p = run(DataLoader(Costly(0.004), batch_size=2), step_s=0.001)
     assert p.steps == 20
     assert p.data_wait_share > 0.5
-    assert p.verdict.startswith("data-bound: the pipeline is the bottleneck. It loads in the main process")
+    assert p.verdict.startswith(
+        "data-bound: the pipeline is the bottleneck. It loads in the main process"
+    )
     report = p.report()
     assert report.startswith("profiled 18 steps (first 1 excluded): step ")
     assert "verdict: data-bound" in report

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("s3fs", reason="needs the storage extra (pip install 'stoker[storage]')")
 moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (the test extra)")
 
-from storage.fault_proxy import FaultProxy, free_port  # noqa: E402
+from storage.fault_proxy import FaultProxy, free_port
 
 _DUMMY_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",

@@ -46,19 +46,21 @@ class FaultProxy:
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
             def _any(self) -> None:
                 proxy._handle(self)
 
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any  # noqa: N815
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fault-proxy", daemon=True
+        )
         self._thread.start()
 
     def fail(self, path_text: str, action: str = "503", times: int | None = 1) -> None:
@@ -101,7 +103,9 @@ class FaultProxy:
             time.sleep(self.delay_s)
         action = self._fault_for(path)
         if action == "reset":
-            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            handler.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
             handler.close_connection = True
             handler.connection.close()
             return

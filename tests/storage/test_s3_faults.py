@@ -91,7 +91,9 @@ def test_tar_shard_dead_object_skip_and_raise(s3, tmp_path) -> None:
         with open(path, "rb") as f:
             s3.put(f"tars/{path.rsplit('/', 1)[1]}", f.read())
     s3.proxy.fail("s-001.tar", "503", times=None)
-    skipping = TarShards(s3.url("tars"), storage_options=s3.options, retries=FAST_RETRY, on_error="skip")
+    skipping = TarShards(
+        s3.url("tars"), storage_options=s3.options, retries=FAST_RETRY, on_error="skip"
+    )
     assert [s["__key__"] for s in skipping] == ["0000", "0001", "0004", "0005"]
     assert skipping.skipped == 1
     raising = TarShards(s3.url("tars"), storage_options=s3.options, retries=FAST_RETRY)
@@ -141,7 +143,9 @@ def test_packed_dead_shard_names_its_url_and_the_loader_can_skip_it(s3, tmp_path
     s3.proxy.fail("shard-00001.npy", "503", times=None)
     ds = PackedDataset(url, storage_options=s3.options, retries=FAST_RETRY, prefetch=0)
     with pytest.raises(RemoteReadError, match=r"s3://.*/packed/shard-00001\.npy"):
-        ds[len(ds) - 1] if ds.manifest["shards"][0]["records"] == 0 else ds[ds.manifest["shards"][0]["records"]]
+        ds[len(ds) - 1] if ds.manifest["shards"][0]["records"] == 0 else ds[
+            ds.manifest["shards"][0]["records"]
+        ]
     loader = DataLoader(ds, batch_size=None, on_error="skip", max_errors=0.5)
     got = [int(s["label"]) for s in loader]
     ds.close()
@@ -170,7 +174,9 @@ def test_concurrent_readers_download_an_object_once(tmp_path) -> None:
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert not any(t.is_alive() for t in threads), "readers that missed together wait for each other"
+    assert not any(t.is_alive() for t in threads), (
+        "readers that missed together wait for each other"
+    )
     assert len(downloads) == 1 and len(held) == 4 and sum(h.hit for h in held) == 3
     for h in held:
         h.close()
@@ -226,7 +232,10 @@ def test_processes_sharing_a_cache_download_an_object_once(tmp_path) -> None:
 
     context = multiprocessing.get_context("fork")
     log = str(tmp_path / "log")
-    procs = [context.Process(target=_get_in_process, args=(str(tmp_path / "cache"), log)) for _ in range(3)]
+    procs = [
+        context.Process(target=_get_in_process, args=(str(tmp_path / "cache"), log))
+        for _ in range(3)
+    ]
     for p in procs:
         p.start()
     for p in procs:

@@ -34,7 +34,9 @@ def _jsonl(s3, count: int, per_file: int = 3) -> list[int]:
 def test_jsonl_prefix_is_listed_sorted_and_read(s3) -> None:
     ids = _jsonl(s3, 5)
     ds = JsonLines(s3.url("jsonl"), storage_options=s3.options)
-    assert list(ds.files) == [s3.url(f"jsonl/part-{f:03d}.jsonl" + (".gz" if f % 2 else "")) for f in range(5)]
+    assert list(ds.files) == [
+        s3.url(f"jsonl/part-{f:03d}.jsonl" + (".gz" if f % 2 else "")) for f in range(5)
+    ]
     assert [r["id"] for r in ds] == ids
 
 
@@ -50,7 +52,10 @@ def test_ranks_and_workers_read_disjoint_files(s3) -> None:
     seen = []
     for rank in range(2):
         ds = JsonLines(s3.url("jsonl"), storage_options=s3.options, rank=rank, world_size=2)
-        got = [r["id"] for r in DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")]
+        got = [
+            r["id"]
+            for r in DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+        ]
         seen.append(got)
     assert not set(seen[0]) & set(seen[1])
     assert sorted(seen[0] + seen[1]) == ids

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -22,7 +23,9 @@ class Lengths(IterableDataset):
     """Samples ``{"id": i, "ids": [..] * length}`` with lognormal lengths."""
 
     def __init__(self, n: int, seed: int = 0) -> None:
-        self.lengths = np.clip(np.random.default_rng(seed).lognormal(4.0, 0.8, n), 1, 1000).astype(int)
+        self.lengths = np.clip(np.random.default_rng(seed).lognormal(4.0, 0.8, n), 1, 1000).astype(
+            int
+        )
 
     def __iter__(self):
         for i, n in enumerate(self.lengths.tolist()):
@@ -54,7 +57,7 @@ def test_sorted_windows_hold_every_sample_once_with_disjoint_ranges() -> None:
         window = batches[8 * w : 8 * w + 8]
         assert {s["id"] for b in window for s in b} == set(range(128 * w, 128 * w + 128))
         spans = sorted((min(map(length, b)), max(map(length, b))) for b in window)
-        assert all(hi <= lo for (_, hi), (lo, _) in zip(spans, spans[1:], strict=False))
+        assert all(hi <= lo for (_, hi), (lo, _) in itertools.pairwise(spans))
 
 
 def test_a_short_batch_waits_for_the_next_window_and_ends_the_stream() -> None:

@@ -88,8 +88,12 @@ def test_restart_oversamples_until_every_source_ran_out_once() -> None:
 
 
 def test_drop_reads_every_source_to_its_end_and_renormalises() -> None:
-    mixed = list(mix([Tagged("a", 50), Tagged("b", 5), Tagged("c", 40)], [1, 1, 2], on_exhausted="drop"))
-    assert sorted(mixed) == sorted([("a", i) for i in range(50)] + [("b", i) for i in range(5)] + [("c", i) for i in range(40)])
+    mixed = list(
+        mix([Tagged("a", 50), Tagged("b", 5), Tagged("c", 40)], [1, 1, 2], on_exhausted="drop")
+    )
+    assert sorted(mixed) == sorted(
+        [("a", i) for i in range(50)] + [("b", i) for i in range(5)] + [("c", i) for i in range(40)]
+    )
     first = mixed[:20]
     assert sum(t == "c" for t, _ in first) == 10  # weights 1:1:2 while all three last
 
@@ -157,7 +161,11 @@ def test_with_two_process_workers_each_worker_mixes_its_shard(tmp_path) -> None:
         on_exhausted="drop",
     )
     got = [tuple(x) for x in DataLoader(mixed, batch_size=None, num_workers=2)]
-    want = [("a", i) for i in range(60)] + [("b", i) for i in range(30)] + [("c", i) for i in range(20)]
+    want = (
+        [("a", i) for i in range(60)]
+        + [("b", i) for i in range(30)]
+        + [("c", i) for i in range(20)]
+    )
     assert sorted(got) == sorted(want)
     head = [t for t, _ in got[:60]]  # 30 draws of each worker: 3:2:1 exactly
     assert head.count("a") == 30 and head.count("b") == 20 and head.count("c") == 10

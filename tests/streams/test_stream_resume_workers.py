@@ -37,10 +37,14 @@ def flat(batches) -> list[tuple[tuple[int, int], float]]:
 
 
 @pytest.mark.parametrize(
-    ("num_workers", "persistent_workers"), [(0, False), (2, False), (2, True)], ids=["main", "2", "2-persistent"]
+    ("num_workers", "persistent_workers"),
+    [(0, False), (2, False), (2, True)],
+    ids=["main", "2", "2-persistent"],
 )
 @pytest.mark.parametrize("stop_after", [1, 3, 6, 9])
-def test_a_resumed_epoch_delivers_exactly_the_rest(tmp_path, stop_after, num_workers, persistent_workers) -> None:
+def test_a_resumed_epoch_delivers_exactly_the_rest(
+    tmp_path, stop_after, num_workers, persistent_workers
+) -> None:
     keys = write_corpus(str(tmp_path))
     options = {"num_workers": num_workers, "persistent_workers": persistent_workers}
     whole = flat(loader_over(str(tmp_path), **options))

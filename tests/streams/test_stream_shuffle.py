@@ -109,16 +109,22 @@ def test_every_record_once_per_epoch_and_epochs_differ(tmp_path, kind, num_worke
     assert sorted(second) == sorted(want)
     assert first != second  # a new order each epoch
     assert first != sorted(first)  # shuffled, not in file order
-    again = DataLoader(make_readers(tmp_path)[kind](), batch_size=None, num_workers=num_workers, generator=7)
+    again = DataLoader(
+        make_readers(tmp_path)[kind](), batch_size=None, num_workers=num_workers, generator=7
+    )
     assert keys_of(again) == first  # the same seed gives the same order
-    other = DataLoader(make_readers(tmp_path)[kind](), batch_size=None, num_workers=num_workers, generator=8)
+    other = DataLoader(
+        make_readers(tmp_path)[kind](), batch_size=None, num_workers=num_workers, generator=8
+    )
     assert keys_of(other) != first
 
 
 def test_an_explicit_seed_fixes_the_order_whatever_the_loader_seed(tmp_path) -> None:
     write_corpus(tmp_path)
     orders = [
-        keys_of(DataLoader(ShuffleBuffer(JsonLines(tmp_path), 8, seed=3), batch_size=None, generator=g))
+        keys_of(
+            DataLoader(ShuffleBuffer(JsonLines(tmp_path), 8, seed=3), batch_size=None, generator=g)
+        )
         for g in (1, 2)
     ]
     assert orders[0] == orders[1]
@@ -162,15 +168,22 @@ def test_resuming_reads_no_consumed_record_again(tmp_path) -> None:
         parsed.append(key(record))
         return record
 
-    first = DataLoader(JsonLines(tmp_path, shuffle_buffer=16), batch_size=4, collate_fn=list, generator=5)
+    first = DataLoader(
+        JsonLines(tmp_path, shuffle_buffer=16), batch_size=4, collate_fn=list, generator=5
+    )
     whole = [key(r) for batch in first for r in batch]
-    loader = DataLoader(JsonLines(tmp_path, shuffle_buffer=16), batch_size=4, generator=5, collate_fn=list)
+    loader = DataLoader(
+        JsonLines(tmp_path, shuffle_buffer=16), batch_size=4, generator=5, collate_fn=list
+    )
     iterator = iter(loader)
     head = [key(r) for _ in range(6) for r in next(iterator)]
     state = loader.state_dict()
     del iterator
     resumed = DataLoader(
-        JsonLines(tmp_path, shuffle_buffer=16, transform=count), batch_size=4, generator=5, collate_fn=list
+        JsonLines(tmp_path, shuffle_buffer=16, transform=count),
+        batch_size=4,
+        generator=5,
+        collate_fn=list,
     )
     resumed.load_state_dict(state)
     rest = [key(r) for batch in resumed for r in batch]

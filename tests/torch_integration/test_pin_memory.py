@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="pin_memory belongs to stoker.torch, which needs torch")
-from stoker.torch import DataLoader  # noqa: E402
-from stoker.torch import _loader as stoker_torch_loader  # noqa: E402  (needs torch, skipped above without it)
-from stoker.torch._pinning import PinningIterator as _PinningIterator  # noqa: E402
-from stoker.torch._pinning import pin_batch as _pin_batch  # noqa: E402
+from stoker.torch import DataLoader
+from stoker.torch import _loader as stoker_torch_loader
+from stoker.torch._pinning import PinningIterator as _PinningIterator
+from stoker.torch._pinning import pin_batch as _pin_batch
 
 _SETTLE_S = 5.0
 accelerator = pytest.mark.skipif(

@@ -92,7 +92,9 @@ def test_invalid_seeds_say_what_to_pass(seed, error, message) -> None:
 
 
 def test_deterministic_cudnn_must_be_a_bool() -> None:
-    with pytest.raises(TypeError, match=r"deterministic_cudnn must be True or False, got str: 'yes'"):
+    with pytest.raises(
+        TypeError, match=r"deterministic_cudnn must be True or False, got str: 'yes'"
+    ):
         seed_everything(1, deterministic_cudnn="yes")
 
 

@@ -237,7 +237,12 @@ def test_shard_records_inside_torch_dataloader_workers(text_files) -> None:
 def test_numpy_integers_are_a_topology_too() -> None:
     import numpy as np
 
-    topology = {"rank": np.int64(1), "world_size": np.int32(2), "worker_id": np.uint8(1), "num_workers": np.int64(2)}
+    topology = {
+        "rank": np.int64(1),
+        "world_size": np.int32(2),
+        "worker_id": np.uint8(1),
+        "num_workers": np.int64(2),
+    }
     assert current_shard(**topology) == (3, 4)
     assert all(type(v) is int for v in current_shard(**topology))
     assert shard_for_worker(list(range(8)), **topology).items == [3, 7]

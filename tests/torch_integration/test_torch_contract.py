@@ -11,12 +11,14 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="stoker.torch is the torch integration; torch is its oracle")
+torch = pytest.importorskip(
+    "torch", reason="stoker.torch is the torch integration; torch is its oracle"
+)
 tud = torch.utils.data
-from stoker._proc import descendants  # noqa: E402
+from stoker._proc import descendants
 from stoker.torch import (
-    DataLoader,  # noqa: E402  (needs torch, skipped above without it)
-    _accelerate,  # noqa: E402
+    DataLoader,
+    _accelerate,
 )
 
 
@@ -114,7 +116,11 @@ def test_a_torch_generator_gives_torchs_order_in_every_epoch(workers) -> None:
     orders = {}
     for name, cls in (("torch", tud.DataLoader), ("stoker", DataLoader)):
         loader = cls(
-            dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7), **workers
+            dataset,
+            batch_size=4,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(7),
+            **workers,
         )
         orders[name] = [flat(loader) for _ in range(3)]
     assert orders["stoker"] == orders["torch"]
@@ -130,7 +136,9 @@ def test_a_rebuild_from_public_attributes_keeps_stokers_options() -> None:
     params = inspect.signature(type(loader).__init__).parameters
     kwargs = {k: v for k, v in vars(loader).items() if k in params and not k.startswith("_")}
     kwargs["multiprocessing_context"] = loader.multiprocessing_context
-    kwargs["sampler"] = tud.DistributedSampler(loader.dataset, num_replicas=2, rank=1, shuffle=False)
+    kwargs["sampler"] = tud.DistributedSampler(
+        loader.dataset, num_replicas=2, rank=1, shuffle=False
+    )
     kwargs.update(batch_sampler=None, shuffle=False)
     next(iter(loader))  # the base seed is drawn when the first epoch starts
     kwargs["collate_fn"] = loader.collate_fn
@@ -215,7 +223,9 @@ def test_an_iterdatapipe_shuffles_and_shards_as_with_torch(num_workers) -> None:
         pipe = IterableWrapper(range(40)).shuffle().sharding_filter()
         loader = cls(pipe, batch_size=5, shuffle=True, num_workers=num_workers)
         runs[name] = [flat(loader) for _ in range(2)]
-        unshuffled = cls(IterableWrapper(range(40)).shuffle().sharding_filter(), batch_size=5, shuffle=False)
+        unshuffled = cls(
+            IterableWrapper(range(40)).shuffle().sharding_filter(), batch_size=5, shuffle=False
+        )
         assert flat(unshuffled) == list(range(40)), f"{name}: shuffle=False left the shuffler on"
     for name, epochs in runs.items():
         for order in epochs:
@@ -225,8 +235,16 @@ def test_an_iterdatapipe_shuffles_and_shards_as_with_torch(num_workers) -> None:
     again = [flat(DataLoader(IterableWrapper(range(40)).shuffle().sharding_filter(), batch_size=5,
                              shuffle=True, num_workers=num_workers))]  # fmt: skip
     torch.manual_seed(8)
-    assert again == [flat(DataLoader(IterableWrapper(range(40)).shuffle().sharding_filter(), batch_size=5,
-                                     shuffle=True, num_workers=num_workers))]  # fmt: skip
+    assert again == [
+        flat(
+            DataLoader(
+                IterableWrapper(range(40)).shuffle().sharding_filter(),
+                batch_size=5,
+                shuffle=True,
+                num_workers=num_workers,
+            )
+        )
+    ]
 
 
 @pytest.mark.filterwarnings("ignore:.*DataPipe.*:UserWarning")
@@ -248,7 +266,9 @@ def test_the_iterators_workers_are_visible_as_torch_shows_them() -> None:
     it = iter(loader)
     workers = it._workers
     assert [type(w).__name__ for w in workers] == ["ForkProcess", "ForkProcess"]
-    assert all(w.is_alive() for w in workers) and {w.pid for w in workers} <= set(descendants(os.getpid()))
+    assert all(w.is_alive() for w in workers) and {w.pid for w in workers} <= set(
+        descendants(os.getpid())
+    )
     assert flat(it) == [i * i for i in range(23)]
     for w in workers:
         w.join(10)

@@ -19,7 +19,7 @@ torch = pytest.importorskip(
     "torch", reason="stoker.torch is the torch integration; torch is its oracle"
 )
 tud = torch.utils.data
-from stoker.torch import DataLoader  # noqa: E402  (needs torch, skipped above without it)
+from stoker.torch import DataLoader
 
 Point = collections.namedtuple("Point", ["x", "y"])
 

@@ -17,6 +17,7 @@ from stoker.vision import ImageDecodeError, decode_image
 
 Image = pytest.importorskip("PIL.Image", reason="the images are written with Pillow")
 
+
 def jpeg(width: int, height: int) -> bytes:
     buffer = io.BytesIO()
     rng = np.random.default_rng(0)
@@ -68,7 +69,9 @@ def test_image_folder_and_tar_shards_pass_max_pixels_on(tmp_path) -> None:
     shard = write_tar_shards([{"__key__": "a", "jpg": jpeg(50, 40)}], str(tmp_path / "s-%d.tar"))
     with pytest.raises(DatasetError) as caught:
         list(TarShards(shard, decode=True, max_pixels=1999))
-    assert "sample 'a': cannot decode the sample's 'jpg' file: ImageDecodeError" in str(caught.value)
+    assert "sample 'a': cannot decode the sample's 'jpg' file: ImageDecodeError" in str(
+        caught.value
+    )
     assert refusal(50, 40, 1999) in str(caught.value)
 
 
@@ -121,10 +124,12 @@ def test_a_631_byte_jpeg_declaring_60000_by_60000_is_refused_before_decoding(tmp
     size, direct, folder, shard, growth_mib = result.stdout.splitlines()
     limit = Image.MAX_IMAGE_PIXELS
     assert size == "631"
-    assert direct == f"ImageDecodeError cannot decode an image of 631 bytes: {refusal(60000, 60000, limit)}"
+    assert (
+        direct
+        == f"ImageDecodeError cannot decode an image of 631 bytes: {refusal(60000, 60000, limit)}"
+    )
     path = tmp_path / "train" / "cat" / "bomb.jpg"
     assert folder == f"ImageDecodeError cannot decode {path}: {refusal(60000, 60000, limit)}"
     assert shard.startswith("DatasetError tar shard ") and "sample 'bomb'" in shard
     assert refusal(60000, 60000, limit) in shard
     assert int(growth_mib) < 100  # the three refusals together; decoding would take 10 GiB
-

@@ -64,7 +64,10 @@ def parse_size(text: str) -> int:
     """``"256MB"`` -> 256_000_000, ``"1GiB"`` -> 2**30, ``"4096"`` -> 4096."""
     match = _SIZE.match(text)
     if not match or float(match.group(1)) <= 0:
-        msg = f"a size needs a positive number and an optional unit like 64MB, 256MiB or 1GB, got {text!r}"
+        msg = (
+            "a size needs a positive number and an optional unit like 64MB, 256MiB or 1GB, "
+            f"got {text!r}"
+        )
         raise argparse.ArgumentTypeError(msg)
     number, prefix, binary = float(match.group(1)), match.group(2).lower(), match.group(3)
     power = "_kmgt".index(prefix) if prefix else 0
@@ -75,39 +78,61 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "pack",
         help="pack an image folder or a file list into packed shards",
-        description="Pack an image folder (one subfolder per class) or a list of files into packed shards "
-        "(docs/packed-format.md), checking every image and reporting the files it skips.",
-    )
-    parser.add_argument("src", metavar="SRC", help="image folder (SRC/CLASS/IMAGE), or the root of --files paths")
-    parser.add_argument("dst", metavar="DST", help="output directory (created; must be empty unless --overwrite)")
-    parser.add_argument(
-        "--shard-size", type=parse_size, default="256MiB", metavar="SIZE",
-        help="largest shard data file: KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024 (default 256MiB)",
+        description="Pack an image folder (one subfolder per class) or a list of files into "
+        "packed shards (docs/packed-format.md), checking every image and reporting "
+        "the files it skips.",
     )
     parser.add_argument(
-        "--workers", type=positive_int, default=min(32, (os.cpu_count() or 1) + 4), metavar="N",
+        "src", metavar="SRC", help="image folder (SRC/CLASS/IMAGE), or the root of --files paths"
+    )
+    parser.add_argument(
+        "dst", metavar="DST", help="output directory (created; must be empty unless --overwrite)"
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=parse_size,
+        default="256MiB",
+        metavar="SIZE",
+        help="largest shard data file: KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024 (default "
+        "256MiB)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=min(32, (os.cpu_count() or 1) + 4),
+        metavar="N",
         help="threads reading and checking files (default: CPUs + 4, at most 32)",
     )
     parser.add_argument(
-        "--files", metavar="LIST.txt",
-        help="pack the files listed, one per line: PATH or PATH<TAB>CLASS (relative paths start at SRC)",
+        "--files",
+        metavar="LIST.txt",
+        help="pack the files listed, one per line: PATH or PATH<TAB>CLASS (relative paths start "
+        "at SRC)",
     )
     parser.add_argument(
-        "--index", metavar="INDEX.json",
+        "--index",
+        metavar="INDEX.json",
         help="use an index saved by ImageFolder.save_index instead of walking SRC",
     )
     parser.add_argument(
-        "--classes-from", metavar="PATH",
-        help="take the class mapping from a packed dataset or a JSON file (a list of names, or {name: label}), "
-        "so that train and val share one mapping",
+        "--classes-from",
+        metavar="PATH",
+        help="take the class mapping from a packed dataset or a JSON file (a list of names, or "
+        "{name: label}), so that train and val share one mapping",
     )
     parser.add_argument(
-        "--check", choices=IMAGE_CHECKS, default="decode",
-        help="per-image check: decode (default; full decode at reduced scale, catches truncated files), "
-        "verify (Pillow's verify(), headers only) or none",
+        "--check",
+        choices=IMAGE_CHECKS,
+        default="decode",
+        help="per-image check: decode (default; full decode at reduced scale, catches truncated "
+        "files), verify (Pillow's verify(), headers only) or none",
     )
-    parser.add_argument("--verify", action="store_true", help="re-read DST and check every record's checksum")
-    parser.add_argument("--overwrite", action="store_true", help="replace a packed dataset already in DST")
+    parser.add_argument(
+        "--verify", action="store_true", help="re-read DST and check every record's checksum"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a packed dataset already in DST"
+    )
     parser.set_defaults(run=run)
 
 
@@ -144,7 +169,10 @@ def _read_list(list_path: str, root: str) -> tuple[list[str] | None, list[tuple[
             "give every line a class (PATH<TAB>CLASS) or none"
         )
         raise PackError(msg)
-    files = [(path if os.path.isabs(path) else os.path.join(root, path), label) for _, path, label in entries]
+    files = [
+        (path if os.path.isabs(path) else os.path.join(root, path), label)
+        for _, path, label in entries
+    ]
     classes = sorted({label for _, _, label in entries}) if labelled == {True} else None
     return classes, files
 
@@ -178,10 +206,20 @@ def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item]
     root = args.src
     if not os.path.isdir(root):
         what = "does not exist" if not os.path.exists(root) else "is not a directory"
-        msg = f"SRC {root!r} {what}; pass an image folder (SRC/CLASS/IMAGE), or a root folder with --files LIST.txt"
+        msg = (
+            f"SRC {root!r} {what}; pass an image folder (SRC/CLASS/IMAGE), or a root folder "
+            "with --files LIST.txt"
+        )
         raise _NoSource(msg)
-    if not args.files and not args.index and not any(not name.startswith(".") for name in os.listdir(root)):
-        raise PackError(f"SRC {root!r} is empty: expected one subfolder per class with images inside (SRC/cat/1.jpg)")
+    if (
+        not args.files
+        and not args.index
+        and not any(not name.startswith(".") for name in os.listdir(root))
+    ):
+        raise PackError(
+            f"SRC {root!r} is empty: expected one subfolder per class with images inside "
+            "(SRC/cat/1.jpg)"
+        )
     shared = _load_classes(args.classes_from) if args.classes_from else None
     notes = []
     if args.files:
@@ -190,10 +228,15 @@ def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item]
             raise PackError(f"the file list {args.files!r} names no files")
         if shared is not None:
             if classes is None:
-                raise PackError("--classes-from needs labelled input: PATH<TAB>CLASS lines in the file list")
+                raise PackError(
+                    "--classes-from needs labelled input: PATH<TAB>CLASS lines in the file list"
+                )
             unknown = sorted(set(classes) - set(shared))
             if unknown:
-                msg = f"classes {unknown[:5]!r} of {args.files!r} are not in the mapping from {args.classes_from!r}"
+                msg = (
+                    f"classes {unknown[:5]!r} of {args.files!r} are not in the mapping from "
+                    f"{args.classes_from!r}"
+                )
                 raise PackError(msg)
             classes = shared
         lookup = {name: label for label, name in enumerate(classes or ())}
@@ -206,12 +249,17 @@ def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item]
         except (OSError, ValueError, TypeError, DatasetError) as exc:
             text = str(exc).rstrip()
             text += "" if text.endswith(".") else "."
-            raise PackError(f"{text} To pack files that are not in class folders, pass --files LIST.txt.") from None
+            raise PackError(
+                f"{text} To pack files that are not in class folders, pass --files LIST.txt."
+            ) from None
         classes = folder.classes
         counts = np.bincount(folder.targets, minlength=len(classes))
         for name, count in zip(classes, counts.tolist(), strict=True):
             if count == 0:
-                notes.append(f"class {name!r} has no images (it keeps its label, so train and val mappings agree)")
+                notes.append(
+                    f"class {name!r} has no images (it keeps its label, so train and val "
+                    "mappings agree)"
+                )
         pairs = [(folder.path(i), label) for i, label in enumerate(folder.targets.tolist())]
     items = []
     for path, label in pairs:
@@ -224,10 +272,14 @@ def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item]
 # -- reading and checking ----------------------------------------------------------------
 
 
-def _read_in_order(items: list[_Item], workers: int, mode: str) -> Iterator[tuple[_Item, bytes | None, str | None]]:
+def _read_in_order(
+    items: list[_Item], workers: int, mode: str
+) -> Iterator[tuple[_Item, bytes | None, str | None]]:
     """Reads with a thread pool, yielding in the input order, a bounded window ahead."""
     window = max(4, 4 * workers)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stoker-pack") as pool:
+    with concurrent.futures.ThreadPoolExecutor(
+        max_workers=workers, thread_name_prefix="stoker-pack"
+    ) as pool:
         pending: deque[tuple[_Item, concurrent.futures.Future[Any]]] = deque()
         source = iter(items)
         for item in source:
@@ -261,8 +313,8 @@ class _Progress:
         elif time.monotonic() - self._last >= _PLAIN_PROGRESS_EVERY_S or self.done == self.total:
             self._last = time.monotonic()
             print(
-                f"stoker pack: {self.done}/{self.total} files ({100 * self.done // max(1, self.total)}%), "
-                f"{self.skipped} skipped",
+                f"stoker pack: {self.done}/{self.total} files "
+                f"({100 * self.done // max(1, self.total)}%), {self.skipped} skipped",
                 file=sys.stderr,
                 flush=True,
             )
@@ -281,8 +333,15 @@ def _pack(args: argparse.Namespace) -> int:
     if args.check != "none":
         require("PIL", "stoker pack", "to check images (or pass --check none)")
     if os.path.isdir(args.dst) and os.listdir(args.dst) and not args.overwrite:
-        what = "a packed dataset" if os.path.exists(os.path.join(args.dst, "manifest.json")) else "other files"
-        msg = f"DST {args.dst!r} is not empty (it holds {what}); choose an empty directory, or pass --overwrite"
+        what = (
+            "a packed dataset"
+            if os.path.exists(os.path.join(args.dst, "manifest.json"))
+            else "other files"
+        )
+        msg = (
+            f"DST {args.dst!r} is not empty (it holds {what}); choose an empty directory, or "
+            "pass --overwrite"
+        )
         raise PackError(msg)
     started = time.perf_counter()
     classes, items, notes = _list_items(args)
@@ -291,11 +350,20 @@ def _pack(args: argparse.Namespace) -> int:
     say(
         f"stoker pack: {len(items)} file(s)"
         + (f" in {len(classes)} class(es)" if classes is not None else "")
-        + f" -> {args.dst} (shards of at most {args.shard_size:,} bytes, {args.workers} threads, check={args.check})"
+        + f" -> {args.dst} (shards of at most {args.shard_size:,} bytes, {args.workers} threads, "
+        f"check={args.check})"
     )
-    metadata = {"source": os.path.abspath(args.src), "packed_by": "stoker pack", "check": args.check}
+    metadata = {
+        "source": os.path.abspath(args.src),
+        "packed_by": "stoker pack",
+        "check": args.check,
+    }
     writer = PackedWriter(
-        args.dst, max_shard_bytes=args.shard_size, classes=classes, metadata=metadata, overwrite=args.overwrite
+        args.dst,
+        max_shard_bytes=args.shard_size,
+        classes=classes,
+        metadata=metadata,
+        overwrite=args.overwrite,
     )
     skipped: list[tuple[str, str]] = []
     payload = 0
@@ -312,7 +380,10 @@ def _pack(args: argparse.Namespace) -> int:
         _write_skipped(args.dst, skipped)
         _report_skipped(args.dst, skipped)
         if writer.records == 0:
-            msg = f"none of the {len(items)} file(s) could be read; nothing was packed (see {args.dst}/skipped.txt)"
+            msg = (
+                f"none of the {len(items)} file(s) could be read; nothing was packed (see "
+                f"{args.dst}/skipped.txt)"
+            )
             raise PackError(msg)
         writer.metadata["skipped"] = len(skipped)
         writer.close()
@@ -323,15 +394,17 @@ def _pack(args: argparse.Namespace) -> int:
     dataset = PackedDataset(args.dst, verify="open" if args.verify else False)
     elapsed = time.perf_counter() - started
     say(
-        f"stoker pack: packed {len(dataset)} record(s), {payload / 1e6:,.1f} MB, into {len(dataset.shard_paths)} "
-        f"shard(s) in {elapsed:.1f} s; skipped {len(skipped)}"
+        f"stoker pack: packed {len(dataset)} record(s), {payload / 1e6:,.1f} MB, into "
+        f"{len(dataset.shard_paths)} shard(s) in {elapsed:.1f} s; skipped {len(skipped)}"
         + ("; verified every record's checksum" if args.verify else "")
     )
     return 0
 
 
 def _write_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
-    with open(os.path.join(dst, "skipped.txt"), "w", encoding="utf-8", errors="surrogateescape") as f:
+    with open(
+        os.path.join(dst, "skipped.txt"), "w", encoding="utf-8", errors="surrogateescape"
+    ) as f:
         for key, reason in skipped:
             f.write(f"{key}\t{reason}\n")
 

@@ -205,7 +205,9 @@ def _key_list(name: str, value: Any, *, allow_none: bool) -> tuple[Any, ...] | N
     return keys
 
 
-def _assemble(out: dict[Any, Any], keys: Sequence[Any], is_dict: bool, extras: list[tuple[Any, Any]]) -> Any:
+def _assemble(
+    out: dict[Any, Any], keys: Sequence[Any], is_dict: bool, extras: list[tuple[Any, Any]]
+) -> Any:
     """The collated fields in the samples' order, then the extra outputs (mask, lengths,
     batch index...): a dict for dict samples, else a list with the extras appended."""
     if is_dict:

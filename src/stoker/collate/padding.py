@@ -1,4 +1,4 @@
-"""``PadCollate`` / ``pad_collate``: dynamic padding to the batch maximum, with a mask and lengths."""
+"""``PadCollate`` / ``pad_collate``: padding to the batch maximum, with a mask and lengths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The data pipeline self-checks, in one call: :func:`check` (``stoker doctor`` on the command line).
+"""The data pipeline self-checks in one call: :func:`check` (``stoker doctor`` in a shell).
 
 The checks are the ones careful users run by hand before every training run. They run in
 this order, each a function in ``_checks.py``:

@@ -88,7 +88,7 @@ def check_files(ctx: Context) -> None:
         ctx.add("files", SKIP, "the files were not checked (files='none')")
         return
     try:
-        import PIL  # noqa: F401
+        import PIL  # noqa: F401 (only whether it imports)
     except ImportError:
         from stoker._extras import install_hint
 
@@ -107,8 +107,8 @@ def check_files(ctx: Context) -> None:
         details.append(f"... and {len(bad) - _BAD_FILES_SHOWN} more")
     details.append("remove or re-encode them, or pass on_error='skip' to the DataLoader")
     ctx.add("files", FAIL, (
-        f"{len(bad)} of {len(paths):,} {plural(len(paths), 'file')} {'is' if len(bad) == 1 else 'are'} "
-        f"not a readable image ({how})"
+        f"{len(bad)} of {len(paths):,} {plural(len(paths), 'file')} "
+        f"{'is' if len(bad) == 1 else 'are'} not a readable image ({how})"
     ), details, checked=len(paths), bad={path: reason for path, reason in bad})  # fmt: skip
 
 
@@ -225,8 +225,9 @@ def _field_flags(
         )
     if is_image(array) and raw:
         found.append(Finding("sample", OK, (
-            f"{name} holds the decoded pixels ({array.dtype}, {layout(array.shape)}); the dtype, range "
-            "and layout your model is fed come from your own transform: pass module:attr to check them"
+            f"{name} holds the decoded pixels ({array.dtype}, {layout(array.shape)}); the dtype, "
+            "range and layout your model is fed come from your own transform: pass module:attr "
+            "to check them"
         ), data={"field": name, "flag": "decoded"}))  # fmt: skip
     elif is_image(array):
         found.extend(_image_flags(name, array, data))
@@ -293,8 +294,8 @@ def check_transform(ctx: Context) -> None:
         )
     else:
         ctx.add("transform", WARN, (
-            "the random transform is not reproducible: two loaders with the same seed gave different "
-            "samples, so it draws from a generator stoker does not seed (its own "
+            "the random transform is not reproducible: two loaders with the same seed gave "
+            "different samples, so it draws from a generator stoker does not seed (its own "
             "np.random.default_rng() or RandomState); draw from stoker.sample_rng() instead"
         ), reproducible=False)  # fmt: skip
 
@@ -315,15 +316,16 @@ def check_workers(ctx: Context) -> None:
         ).dump(ctx.dataset)
     except Exception as exc:
         ctx.add("workers", WARN, (
-            f"the dataset cannot be pickled ({type(exc).__name__}: {exc}): process workers started with "
-            "spawn or forkserver need it; use fork (the Linux default) or worker_mode='thread'"
+            f"the dataset cannot be pickled ({type(exc).__name__}: {exc}): process workers "
+            "started with spawn or forkserver need it; use fork (the Linux default) or "
+            "worker_mode='thread'"
         ), picklable=False)  # fmt: skip
         return
     size = sink.size + sum(buffers)
     if size > _BIG_PICKLE_BYTES:
         ctx.add("workers", WARN, (
-            f"the dataset pickles to {_human_bytes(size)}: every process worker started with spawn or "
-            "forkserver gets its own copy; keep big data on disk or memory-mapped"
+            f"the dataset pickles to {_human_bytes(size)}: every process worker started with "
+            "spawn or forkserver gets its own copy; keep big data on disk or memory-mapped"
         ), picklable=True, pickled_bytes=size)  # fmt: skip
     else:
         ctx.add(
@@ -474,7 +476,8 @@ def _check_stream_order(ctx: Context, loader: Any, first: list[Any]) -> None:
     if [fingerprint(b) for b in first] == [fingerprint(b) for b in second]:
         ctx.add("shuffle", WARN, (
             "the stream yields the same batches in the same order every epoch: shuffle per epoch "
-            "(set_epoch with shuffle_files / shuffle_shards, or shuffle_buffer=N / stoker.ShuffleBuffer)"
+            "(set_epoch with shuffle_files / shuffle_shards, or shuffle_buffer=N / "
+            "stoker.ShuffleBuffer)"
         ), changes=False)  # fmt: skip
     else:
         ctx.add(
@@ -604,7 +607,8 @@ def check_labels(ctx: Context) -> None:
     details = [f"counts over {source} ({n}): {text}"]
     if batch_counts:
         details.append(
-            f"in the first batches: {len(batch_counts)} classes in {sum(batch_counts.values())} samples"
+            f"in the first batches: {len(batch_counts)} classes in {sum(batch_counts.values())} "
+            "samples"
         )
     data = {"field": name, "counts": dict(shown), "source": source}
     (top, top_n), (rare, rare_n) = (
@@ -621,8 +625,9 @@ def check_labels(ctx: Context) -> None:
         )
     elif n >= _MIN_LABELS_FOR_BALANCE and top_n / rare_n >= _IMBALANCE_RATIO:
         ctx.add("labels", WARN, (
-            f"{name} is imbalanced: class {top} has {top_n / n:.0%} of {n} samples, {top_n / rare_n:.0f}x "
-            f"class {rare}; consider WeightedRandomSampler or a weighted loss"
+            f"{name} is imbalanced: class {top} has {top_n / n:.0%} of {n} samples, "
+            f"{top_n / rare_n:.0f}x class {rare}; consider WeightedRandomSampler or a weighted "
+            "loss"
         ), details, **data)  # fmt: skip
     else:
         ctx.add(

@@ -135,7 +135,10 @@ def describe(value: Any) -> tuple[str, dict[str, Any]]:
             mean=float(values.mean()),
             std=float(values.std()),
         )
-        head += f"  min {data['min']:.4g}  max {data['max']:.4g}  mean {data['mean']:.4g}  std {data['std']:.4g}"
+        head += (
+            f"  min {data['min']:.4g}  max {data['max']:.4g}  mean {data['mean']:.4g}  std "
+            f"{data['std']:.4g}"
+        )
     if not finite.all():
         data["non_finite"] = int((~finite).sum())
         head += f"  ({data['non_finite']} NaN/inf)"

@@ -115,8 +115,8 @@ class AutoTuner:
                 ):
                     running.add_worker()
                     self.history.append(
-                        f"worker {workers} added: consumer waited {100 * wait_share:.0f}% of the time, "
-                        f"workers {100 * min(busy_share, 1):.0f}% busy"
+                        f"worker {workers} added: consumer waited {100 * wait_share:.0f}% of the "
+                        f"time, workers {100 * min(busy_share, 1):.0f}% busy"
                     )
             elif (  # workers starved of tasks
                 self.tune_prefetch
@@ -126,7 +126,8 @@ class AutoTuner:
                 running.set_prefetch(running.prefetch + 1)
                 self.history.append(
                     f"prefetch_factor raised to {running.prefetch}: consumer waited "
-                    f"{100 * wait_share:.0f}% of the time, workers {100 * min(busy_share, 1):.0f}% busy"
+                    f"{100 * wait_share:.0f}% of the time, workers "
+                    f"{100 * min(busy_share, 1):.0f}% busy"
                 )
         self._begin(now, running)
 
@@ -141,9 +142,9 @@ class AutoTuner:
         if need <= self.memory_budget:
             return True
         note = (
-            f"held at {workers if not self.history else 'current'} settings: {workers} workers x prefetch "
-            f"{prefetch} would hold {need / 2**20:.0f} MiB of batches, over the {self.memory_budget / 2**20:.0f} "
-            "MiB memory budget"
+            f"held at {workers if not self.history else 'current'} settings: {workers} workers x "
+            f"prefetch {prefetch} would hold {need / 2**20:.0f} MiB of batches, over the "
+            f"{self.memory_budget / 2**20:.0f} MiB memory budget"
         )
         if not self.history or self.history[-1] != note:
             self.history.append(note)

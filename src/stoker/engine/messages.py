@@ -109,7 +109,7 @@ class Ready:
 
 @dataclass(frozen=True, slots=True)
 class Initialised:
-    """A worker ran ``worker_init_fn`` (once per process): a later death is not a start-up failure."""
+    """A worker ran ``worker_init_fn`` (once per process): a later death is no start-up failure."""
 
     worker_id: int
 

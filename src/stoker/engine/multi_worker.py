@@ -156,7 +156,10 @@ class MultiWorkerIterator:
     # -- delivery ----------------------------------------------------------------
     def __next__(self) -> Any:
         if self._ledger.generation != self._generation:
-            msg = "this iterator was superseded by a newer iter(loader) over the same persistent workers"
+            msg = (
+                "this iterator was superseded by a newer iter(loader) over the same "
+                "persistent workers"
+            )
             raise RuntimeError(msg)
         if self._pool.state is not PoolState.RUNNING:
             raise StopIteration
@@ -502,9 +505,10 @@ class MultiWorkerIterator:
         name = self._plan.dataset_name
         msg = (
             f"{name} is an IterableDataset running in {pool.num_workers} workers, but it never "
-            "called get_worker_info(): every worker iterates all of it, so each sample is loaded "
-            f"{pool.num_workers} times. Shard the stream inside __iter__ by worker (stoker.sharding "
-            "does files, then records, by rank and worker), or use num_workers=1."
+            "called get_worker_info(): every worker iterates all of it, so each sample is "
+            f"loaded {pool.num_workers} times. Shard the stream inside __iter__ by worker "
+            "(stoker.sharding does files, then records, by rank and worker), or use "
+            "num_workers=1."
         )
         warnings.warn(msg, UserWarning, stacklevel=4)
 
@@ -523,11 +527,12 @@ class MultiWorkerIterator:
         )
         if plan.count < plan.wanted:
             warnings.warn(
-                f"memory_budget={self._memory_budget / 2**20:.1f} MiB holds {plan.count} batch slot(s) of "
-                f"{nbytes / 2**20:.1f} MiB, fewer than the {plan.wanted} that num_workers={pool.num_workers} x "
-                f"prefetch_factor={self._per_worker} (+2 held by you) would use: from now on at most "
-                f"{plan.ahead} batch(es) are loaded ahead, and batches you hold beyond the slots "
-                "travel through pipes. Raise memory_budget, or lower batch_size or prefetch_factor.",
+                f"memory_budget={self._memory_budget / 2**20:.1f} MiB holds {plan.count} batch "
+                f"slot(s) of {nbytes / 2**20:.1f} MiB, fewer than the {plan.wanted} that "
+                f"num_workers={pool.num_workers} x prefetch_factor={self._per_worker} (+2 held "
+                f"by you) would use: from now on at most {plan.ahead} batch(es) are loaded "
+                "ahead, and batches you hold beyond the slots travel through pipes. Raise "
+                "memory_budget, or lower batch_size or prefetch_factor.",
                 RuntimeWarning,
                 stacklevel=4,
             )
@@ -570,9 +575,9 @@ class MultiWorkerIterator:
                 except BaseException as exc:  # no replacement: the loader starts afresh next epoch
                     self._close_broken()
                     msg = (
-                        f"DataLoader {death.describe()} {where}, and its replacement could not start "
-                        f"({type(exc).__name__}: {exc}). The workers are stopped; the next iter(loader) "
-                        "starts new ones."
+                        f"DataLoader {death.describe()} {where}, and its replacement could not "
+                        f"start ({type(exc).__name__}: {exc}). The workers are stopped; the next "
+                        "iter(loader) starts new ones."
                     )
                     raise WorkerError(msg) from exc
                 self._pool.send(death.worker_id, StartEpoch(epoch=self._epoch, seed=self._seed))
@@ -580,9 +585,13 @@ class MultiWorkerIterator:
                     pending = ledger.pending[task_id]
                     pending.restarts += 1
                     task = Task(
-                        task_id=task_id, epoch=self._epoch, indices=pending.indices, slot=pending.slot,
-                        batch_index=pending.batch_index, position=pending.position,
-                    )  # fmt: skip
+                        task_id=task_id,
+                        epoch=self._epoch,
+                        indices=pending.indices,
+                        slot=pending.slot,
+                        batch_index=pending.batch_index,
+                        position=pending.position,
+                    )
                     self._pool.send(death.worker_id, task)
                 warnings.warn(
                     f"DataLoader {death.describe()} {where}; started a replacement and re-issued "

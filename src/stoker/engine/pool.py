@@ -89,11 +89,12 @@ class Death:
                 else f"was killed by {_signal_name(-self.exitcode)}"
             )
             return (
-                f"worker {self.worker_id} (pid {self.pid}) {how} while starting, before it loaded "
-                "any batch: in worker_init_fn, or while importing the dataset's modules in the new "
-                "process. What it printed, if anything, is above on stderr; with num_workers=0 the "
-                "same code runs in the main process, where a debugger can stop at it. A replacement "
-                "would fail the same way, so stoker does not start one."
+                f"worker {self.worker_id} (pid {self.pid}) {how} while starting, before it "
+                "loaded any batch: in worker_init_fn, or while importing the dataset's modules "
+                "in the new process. What it printed, if anything, is above on stderr; with "
+                "num_workers=0 the same code runs in the main process, where a debugger can "
+                "stop at it. A replacement would fail the same way, so stoker does not start "
+                "one."
             )
         if self.exitcode is not None and self.exitcode < 0:
             signum = -self.exitcode
@@ -109,9 +110,10 @@ class Death:
                 )
             elif signum == signal.SIGBUS:
                 cause += (
-                    " (a bus error: a memory-mapped file was read past its end. Either /dev/shm is "
-                    "full (give the container more --shm-size), or a file the dataset maps (a packed "
-                    "shard, an .npy opened with mmap_mode) shrank or was rewritten while it was read)"
+                    " (a bus error: a memory-mapped file was read past its end. Either /dev/shm "
+                    "is full (give the container more --shm-size), or a file the dataset maps (a "
+                    "packed shard, an .npy opened with mmap_mode) shrank or was rewritten while "
+                    "it was read)"
                 )
         elif self.exitcode is None:
             cause = "stopped unexpectedly"
@@ -465,7 +467,7 @@ class WorkerPool:
         return True
 
     def poll(self, timeout: float) -> tuple[list[tuple[int, Any, set[int]]], list[Death]]:
-        """Waits up to ``timeout`` s; returns (worker_id, message, leased slots) items and deaths."""
+        """Waits up to ``timeout`` s; returns ``(worker_id, message, leased slots)`` and deaths."""
         if self.mode == "thread":
             return self._poll_threads(timeout), self._dead_threads()
         workers: list[_ProcessWorker] = self._workers

@@ -75,8 +75,16 @@ class _Scope:
     """
 
     __slots__ = (
-        "_numpy", "_numpy_at", "_python", "_python_at", "_torch", "_torch_at", "base", "index", "position",
-    )  # fmt: skip
+        "_numpy",
+        "_numpy_at",
+        "_python",
+        "_python_at",
+        "_torch",
+        "_torch_at",
+        "base",
+        "index",
+        "position",
+    )
 
     def __init__(self) -> None:
         self.base = 0
@@ -201,8 +209,26 @@ def leave_to_user(generators: Iterable[str]) -> None:
 _installed: set[str] = set()
 _install_lock = threading.Lock()
 _NUMPY_SKIP = frozenset({"RandomState", "get_bit_generator", "set_bit_generator"})
-_TORCH_FUNCTIONS = ("rand", "randn", "randint", "randperm", "bernoulli", "multinomial", "normal", "poisson")
-_TORCH_METHODS = ("uniform_", "normal_", "random_", "bernoulli_", "exponential_", "cauchy_", "log_normal_", "geometric_")
+_TORCH_FUNCTIONS = (
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "poisson",
+)
+_TORCH_METHODS = (
+    "uniform_",
+    "normal_",
+    "random_",
+    "bernoulli_",
+    "exponential_",
+    "cauchy_",
+    "log_normal_",
+    "geometric_",
+)
 
 
 def install() -> None:
@@ -246,7 +272,11 @@ def _wrap_python() -> None:
 
 
 def _dispatch(
-    original: Callable[..., Any], pick: Callable[[_Scope], Callable[..., Any]], generator: str, *, seeds: bool
+    original: Callable[..., Any],
+    pick: Callable[[_Scope], Callable[..., Any]],
+    generator: str,
+    *,
+    seeds: bool,
 ) -> Callable[..., Any]:
     """The wrapper of one global function of ``generator`` ("numpy" or "python").
 

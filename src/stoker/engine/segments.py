@@ -215,7 +215,6 @@ def _lock_is_free(name: str) -> bool:
     return True
 
 
-
 def open_new(name: str) -> int:
     """A file descriptor on a new, empty segment (``O_EXCL``: never someone else's)."""
     return _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)

@@ -172,10 +172,10 @@ class SlotPool:
         free = segments.free_bytes()
         if need > free:
             msg = (
-                f"the batch slot pool needs {need / 2**20:.1f} MiB of shared memory ({count} slots of "
-                f"{size / 2**20:.1f} MiB) but /dev/shm has {free / 2**20:.1f} MiB free. Give the "
-                "container more shared memory (docker run --shm-size=8g), or lower batch_size, "
-                "prefetch_factor or num_workers."
+                f"the batch slot pool needs {need / 2**20:.1f} MiB of shared memory ({count} "
+                f"slots of {size / 2**20:.1f} MiB) but /dev/shm has {free / 2**20:.1f} MiB free. "
+                "Give the container more shared memory (docker run --shm-size=8g), or lower "
+                "batch_size, prefetch_factor or num_workers."
             )
             raise ShmError(msg)
         segments.remove_orphaned_segments()

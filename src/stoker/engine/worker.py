@@ -431,6 +431,7 @@ def process_worker_main(
             spec, _ = transport.decode(task_conn.recv_bytes(), _no_slots)
         if spec.threads is not None:
             cap_threads(spec.threads)
+        # kept open for the worker's life: faulthandler writes to it on SIGUSR1
         stack = open(stack_file, "w") if stack_file else None  # noqa: SIM115
         if stack is not None:  # the trainer asks for our stack with SIGUSR1 when we hang
             faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)

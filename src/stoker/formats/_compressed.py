@@ -43,7 +43,7 @@ def is_gzip_name(path: str) -> bool:
 
 
 def drain(stream: BinaryIO) -> int:
-    """Reads ``stream`` to its end (a gzip stream checks its trailer there); returns the bytes read."""
+    """Reads ``stream`` to its end (where gzip checks its trailer); returns the bytes read."""
     total = 0
     while chunk := stream.read(_CHUNK_BYTES):
         total += len(chunk)

@@ -48,10 +48,12 @@ def _npy_header(stream: BinaryIO, path: str, what: str) -> tuple[np.dtype, tuple
     return header.dtype, header.shape, header.offset
 
 
-def _wrong_array(path: str, what: str, got: tuple[Any, Any], expected: tuple[Any, Any]) -> PackedFormatError:
+def _wrong_array(
+    path: str, what: str, got: tuple[Any, Any], expected: tuple[Any, Any]
+) -> PackedFormatError:
     msg = (
-        f"{what} {path!r} holds {got[0]} of shape {got[1]}, but the manifest describes {expected[0]} "
-        f"of shape {expected[1]}: it is damaged; {_REWRITE}"
+        f"{what} {path!r} holds {got[0]} of shape {got[1]}, but the manifest describes "
+        f"{expected[0]} of shape {expected[1]}: it is damaged; {_REWRITE}"
     )
     return PackedFormatError(msg)
 
@@ -74,7 +76,11 @@ def load_npy(
     if shape is None and len(got_shape) != 1:
         raise _wrong_array(path, what, (got_dtype, got_shape), (dtype, "(n,)"))
     shape = got_shape if shape is None else shape
-    if got_dtype != dtype or got_shape != shape or offset + dtype.itemsize * int(np.prod(shape)) != len(raw):
+    if (
+        got_dtype != dtype
+        or got_shape != shape
+        or offset + dtype.itemsize * int(np.prod(shape)) != len(raw)
+    ):
         raise _wrong_array(path, what, (got_dtype, got_shape), (dtype, shape))
     return np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
 
@@ -84,11 +90,14 @@ def _data_offset(path: str, shard: Mapping[str, Any]) -> int:
     with open(path, "rb") as f:
         dtype, shape, offset = _npy_header(f, path, "shard data file")
     if dtype != _UINT8 or shape != (shard["data_bytes"],):
-        raise _wrong_array(path, "shard data file", (dtype, shape), (_UINT8, (shard["data_bytes"],)))
+        raise _wrong_array(
+            path, "shard data file", (dtype, shape), (_UINT8, (shard["data_bytes"],))
+        )
     if offset + shard["data_bytes"] != shard["data_file_bytes"]:
         msg = (
-            f"shard data file {path!r} has a {offset}-byte header, so its {shard['data_bytes']} bytes of "
-            f"data do not make the {shard['data_file_bytes']} bytes the manifest gives: it is damaged; {_REWRITE}"
+            f"shard data file {path!r} has a {offset}-byte header, so its {shard['data_bytes']} "
+            f"bytes of data do not make the {shard['data_file_bytes']} bytes the manifest gives: "
+            f"it is damaged; {_REWRITE}"
         )
         raise PackedFormatError(msg)
     return offset
@@ -105,8 +114,9 @@ def check_data_file(path: str, shard: Mapping[str, Any], index: np.ndarray, firs
         local = int(cut[0]) if cut.size else len(ends)
         msg = (
             f"shard {path!r} is truncated: {size} bytes on disk, the manifest says {expected}. "
-            f"Record {local} of this shard (dataset index {first + local}) and the {max(0, len(ends) - local - 1)} "
-            "after it are cut off. Copy the file again or re-create the dataset."
+            f"Record {local} of this shard (dataset index {first + local}) and the "
+            f"{max(0, len(ends) - local - 1)} after it are cut off. Copy the file again or "
+            "re-create the dataset."
         )
         raise PackedFormatError(msg)
     if size > expected:
@@ -132,7 +142,10 @@ def map_payload(path: str, shard: Mapping[str, Any]) -> np.ndarray:
         offset = _data_offset(path, shard)
         mapped = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(expected,))
     except (OSError, ValueError, PackedFormatError) as exc:
-        msg = f"cannot memory-map shard {path!r}: {exc}. The file changed since the dataset was opened."
+        msg = (
+            f"cannot memory-map shard {path!r}: {exc}. The file changed since the dataset was "
+            "opened."
+        )
         raise PackedFormatError(msg) from exc
     return mapped.view(np.ndarray)
 
@@ -201,27 +214,43 @@ def check_index(
         )
         blob_end = start + nbytes
         if field.kind == "array":
-            _check_array_field(extents, index, k, field.name, np.dtype(field.dtype), field.ndim or 0, data_bytes)
-    extents.check(blob_end != length, "has a length that is not where its last field ends (length)", length)
+            _check_array_field(
+                extents, index, k, field.name, np.dtype(field.dtype), field.ndim or 0, data_bytes
+            )
+    extents.check(
+        blob_end != length, "has a length that is not where its last field ends (length)", length
+    )
 
 
 def _check_array_field(
-    extents: _Extents, index: np.ndarray, k: int, name: Any, dtype: np.dtype, ndim: int, data_bytes: int
+    extents: _Extents,
+    index: np.ndarray,
+    k: int,
+    name: Any,
+    dtype: np.dtype,
+    ndim: int,
+    data_bytes: int,
 ) -> None:
     start, nbytes = index[f"start{k}"], index[f"nbytes{k}"]
-    extents.check(start % ALIGN != 0, f"has array field {name!r} off the {ALIGN}-byte alignment (start)", start)
+    extents.check(
+        start % ALIGN != 0,
+        f"has array field {name!r} off the {ALIGN}-byte alignment (start)",
+        start,
+    )
     if ndim:
         shape = index[f"shape{k}"].reshape(len(index), ndim)
         negative = (shape < 0).any(axis=1)
-        extents.check(negative, f"has array field {name!r} with a negative dimension (shape)", shape)
+        extents.check(
+            negative, f"has array field {name!r} with a negative dimension (shape)", shape
+        )
         # dims beyond the payload cannot multiply to a real size; clipping keeps floats exact
         items = np.minimum(shape, data_bytes + 1).astype(np.float64).prod(axis=1)
     else:
         shape, items = nbytes, np.ones(len(index))
     extents.check(
         items * dtype.itemsize != nbytes,
-        f"has array field {name!r} whose shape times the item size ({dtype.itemsize}) is not its byte count "
-        "(shape, nbytes)",
+        f"has array field {name!r} whose shape times the item size ({dtype.itemsize}) is not its "
+        "byte count (shape, nbytes)",
         shape,
         nbytes,
     )

@@ -131,7 +131,10 @@ def read_regular_file(path: str, what: str, size: int | None = None) -> bytes:
     """
     actual = regular_file_size(path, what)
     if size is not None and actual != size:
-        msg = f"{what} {path!r} is {actual} bytes but the manifest says {size}: it is damaged; {_REWRITE}"
+        msg = (
+            f"{what} {path!r} is {actual} bytes but the manifest says {size}: it is damaged; "
+            f"{_REWRITE}"
+        )
         raise PackedFormatError(msg)
     with open(path, "rb") as f:
         raw = f.read(actual + 1)
@@ -150,7 +153,10 @@ def regular_file_size(path: str, what: str, missing: str = "") -> int:
         msg = f"{what} {path!r} is missing{detail}: the dataset is incomplete; {_REWRITE}"
         raise PackedFormatError(msg) from None
     if not stat.S_ISREG(info.st_mode):
-        msg = f"{what} {path!r} is not a regular file (it is a device, a FIFO or a folder); {_REWRITE}"
+        msg = (
+            f"{what} {path!r} is not a regular file (it is a device, a FIFO or a folder); "
+            f"{_REWRITE}"
+        )
         raise PackedFormatError(msg)
     return info.st_size
 
@@ -158,21 +164,26 @@ def regular_file_size(path: str, what: str, missing: str = "") -> int:
 def _manifest_path(path: str) -> str:
     if not os.path.isdir(path):
         what = "does not exist" if not os.path.exists(path) else "is not a directory"
-        msg = f"packed dataset {path!r} {what}; pass the directory that PackedWriter or `stoker pack` wrote"
+        msg = (
+            f"packed dataset {path!r} {what}; pass the directory that PackedWriter or `stoker "
+            "pack` wrote"
+        )
         raise FileNotFoundError(msg)
     manifest_path = os.path.join(path, MANIFEST_NAME)
     if not os.path.lexists(manifest_path):
         partials = sorted(name for name in os.listdir(path) if name.endswith(PARTIAL_SUFFIX))
         if partials:
             msg = (
-                f"{path!r} has no {MANIFEST_NAME}: the write did not finish (it crashed or was aborted; "
-                f"{len(partials)} partial file(s) such as {partials[0]!r} remain). Write the dataset again "
-                "(PackedWriter(..., overwrite=True) or `stoker pack` into an empty directory)."
+                f"{path!r} has no {MANIFEST_NAME}: the write did not finish (it crashed or was "
+                f"aborted; {len(partials)} partial file(s) such as {partials[0]!r} remain). "
+                "Write the dataset again (PackedWriter(..., overwrite=True) or `stoker pack` "
+                "into an empty directory)."
             )
         else:
             msg = (
-                f"{path!r} has no {MANIFEST_NAME}: it is not a finished packed dataset (the write did not "
-                "finish, or this is not a directory written by PackedWriter / `stoker pack`)."
+                f"{path!r} has no {MANIFEST_NAME}: it is not a finished packed dataset (the "
+                "write did not finish, or this is not a directory written by PackedWriter / "
+                "`stoker pack`)."
             )
         raise PackedFormatError(msg)
     return manifest_path
@@ -236,8 +247,12 @@ def _check_structure(manifest: dict[str, Any], manifest_path: str) -> Schema:
         check.fail("the manifest['align']", f"must be {ALIGN}, got {manifest.get('align')!r}")
     schema = _check_schema(check, manifest.get("schema"), records)
     classes = manifest.get("classes")
-    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
-        check.fail("the manifest['classes']", f"must be null or a list of names, got {_short(classes)}")
+    if classes is not None and not (
+        isinstance(classes, list) and all(isinstance(c, str) for c in classes)
+    ):
+        check.fail(
+            "the manifest['classes']", f"must be null or a list of names, got {_short(classes)}"
+        )
     metadata = manifest.get("metadata")
     if metadata is not None:
         check.mapping(metadata, "the manifest['metadata']")
@@ -251,17 +266,21 @@ def _check_structure(manifest: dict[str, Any], manifest_path: str) -> Schema:
             if entry.get(key) != expected:
                 check.fail(
                     f"{where}[{key!r}]",
-                    f"must be {expected!r} (the name the writer gives shard {number}), got {entry.get(key)!r}",
+                    f"must be {expected!r} (the name the writer gives shard {number}), got "
+                    f"{entry.get(key)!r}",
                 )
         for key in _SHARD_COUNTS:
             check.count(entry, key, where)
         for key in _SHARD_CRCS:
             if not _is_int(entry.get(key), 0, 2**32):
-                check.fail(f"{where}[{key!r}]", f"must be a crc32 (0 to 2**32 - 1), got {entry.get(key)!r}")
+                check.fail(
+                    f"{where}[{key!r}]", f"must be a crc32 (0 to 2**32 - 1), got {entry.get(key)!r}"
+                )
         if entry["data_file_bytes"] <= entry["data_bytes"]:
             check.fail(
                 f"{where}['data_file_bytes']",
-                f"({entry['data_file_bytes']}) must exceed its data_bytes ({entry['data_bytes']}) by the .npy header",
+                f"({entry['data_file_bytes']}) must exceed its data_bytes "
+                f"({entry['data_bytes']}) by the .npy header",
             )
     total = sum(entry["records"] for entry in shards)  # type: ignore[union-attr]
     if total != records:
@@ -276,8 +295,13 @@ def _check_schema(check: _Checker, entry: Any, records: int) -> Schema:
         check.fail("schema['layout']", f"must be one of {_LAYOUTS}, got {layout!r}")
     if not isinstance(fields, list):
         check.fail("schema['fields']", f"must be a list, got {_short(fields)}")
-    if (layout == "single" and len(fields) != 1 and (records or fields)) or (not fields and records):
-        check.fail("schema['fields']", f"cannot describe {records} {layout!r} records with {len(fields)} field(s)")
+    if (layout == "single" and len(fields) != 1 and (records or fields)) or (
+        not fields and records
+    ):
+        check.fail(
+            "schema['fields']",
+            f"cannot describe {records} {layout!r} records with {len(fields)} field(s)",
+        )
     specs = []
     for k, field in enumerate(fields):
         where = f"schema['fields'][{k}]"
@@ -295,7 +319,9 @@ def _check_schema(check: _Checker, entry: Any, records: int) -> Schema:
         if kind == "array":
             _check_dtype(check, f"{where}['dtype']", dtype)
             if not _is_int(ndim, 0, _MAX_NDIM + 1):
-                check.fail(f"{where}['ndim']", f"must be an integer from 0 to {_MAX_NDIM}, got {ndim!r}")
+                check.fail(
+                    f"{where}['ndim']", f"must be an integer from 0 to {_MAX_NDIM}, got {ndim!r}"
+                )
         elif dtype is not None or ndim is not None:
             check.fail(where, f"is a {kind!r} field but has a dtype ({dtype!r}) or ndim ({ndim!r})")
         specs.append(FieldSpec(name, kind, dtype, ndim))

@@ -67,7 +67,11 @@ def npy_header(payload_bytes: int) -> bytes:
     """The 128-byte .npy (1.0) header of a 1-D uint8 array of ``payload_bytes`` items."""
     text = f"{{'descr': '|u1', 'fortran_order': False, 'shape': ({payload_bytes},), }}"
     body = NPY_HEADER_BYTES - 10
-    header = b"\x93NUMPY\x01\x00" + struct.pack("<H", body) + (text.ljust(body - 1) + "\n").encode("latin1")
+    header = (
+        b"\x93NUMPY\x01\x00"
+        + struct.pack("<H", body)
+        + (text.ljust(body - 1) + "\n").encode("latin1")
+    )
     if len(header) != NPY_HEADER_BYTES:
         raise AssertionError(f"npy header is {len(header)} bytes, expected {NPY_HEADER_BYTES}")
     return header
@@ -176,13 +180,19 @@ class Schema:
         if self.layout == "single":
             return self.fields[0].describe()
         parts = [f"{f.name!r}: {f.describe()}" for f in self.fields]
-        return ("{" + ", ".join(parts) + "}") if self.layout == "dict" else ("(" + ", ".join(parts) + ")")
+        return (
+            ("{" + ", ".join(parts) + "}")
+            if self.layout == "dict"
+            else ("(" + ", ".join(parts) + ")")
+        )
 
     def values(self, record: Any, position: int) -> list[Any]:
         """The record's field values in schema order, checked against the schema."""
         if self.layout == "dict":
-            ok = isinstance(record, Mapping) and len(record) == len(self.fields) and all(
-                f.name in record for f in self.fields
+            ok = (
+                isinstance(record, Mapping)
+                and len(record) == len(self.fields)
+                and all(f.name in record for f in self.fields)
             )
             values = [record[f.name] for f in self.fields] if ok else []
         elif self.layout == "tuple":
@@ -193,8 +203,8 @@ class Schema:
             values = [record]
         if not ok:
             msg = (
-                f"record {position} does not match the dataset's schema {self.describe()} "
-                f"(fixed by record 0): got {_short(record)}. Every record must have the same fields."
+                f"record {position} does not match the dataset's schema {self.describe()} (fixed "
+                f"by record 0): got {_short(record)}. Every record must have the same fields."
             )
             raise ValueError(msg)
         for field, value in zip(self.fields, values, strict=True):
@@ -207,7 +217,8 @@ class Schema:
                 got = "an unstorable value" if spec is None else spec.describe()
                 msg = (
                     f"record {position}: {where} must be {field.describe()} like in record 0, "
-                    f"got {got} ({_short(value)}). Convert it (e.g. arr.astype(...)) before adding it."
+                    f"got {got} ({_short(value)}). Convert it (e.g. arr.astype(...)) before "
+                    "adding it."
                 )
                 raise TypeError(msg)
             if field.kind == "int" and not _INT64_MIN <= int(value) <= _INT64_MAX:
@@ -235,7 +246,11 @@ class Schema:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value) if not isinstance(value, np.ndarray) else f"array(shape={value.shape}, dtype={value.dtype})"
+    text = (
+        repr(value)
+        if not isinstance(value, np.ndarray)
+        else f"array(shape={value.shape}, dtype={value.dtype})"
+    )
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -142,7 +142,9 @@ def read_samples(
     try:
         stream = _open_stream(source or url)
         payload, compressed = _payload(stream)
-        with tarfile.open(fileobj=payload, mode="r|" if compressed else "r|*", tarinfo=_CheckedTarInfo) as archive:
+        with tarfile.open(
+            fileobj=payload, mode="r|" if compressed else "r|*", tarinfo=_CheckedTarInfo
+        ) as archive:
             key: str | None = None
             sample: dict[str, Any] = {}
             problems: list[str] = []
@@ -161,7 +163,9 @@ def read_samples(
                     continue
                 extracted = archive.extractfile(member)
                 if extracted is None:
-                    raise AssertionError(f"tarfile returned no data for the file member {member.name!r}")
+                    raise AssertionError(
+                        f"tarfile returned no data for the file member {member.name!r}"
+                    )
                 sample[split[1]] = extracted.read()
             _check_end(archive)
             # A compressed stream's checksums (gzip's trailer, bzip2's and xz's last checks)
@@ -204,5 +208,7 @@ def _member_problem(
 def _check_end(archive: tarfile.TarFile) -> None:
     stop = getattr(archive, "_stoker_stop", None)
     if not isinstance(stop, tarfile.EOFHeaderError):
-        detail = f"{type(stop).__name__}: {stop}" if stop is not None else "no end-of-archive marker"
+        detail = (
+            f"{type(stop).__name__}: {stop}" if stop is not None else "no end-of-archive marker"
+        )
         raise tarfile.ReadError(f"the archive stops without its end marker ({detail})")

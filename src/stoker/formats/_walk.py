@@ -132,7 +132,9 @@ def walk_files(
                 if entry.is_file() or entry.is_symlink():
                     found.append(WalkedFile(folder, entry.name, entry.path))
                 else:  # reading a FIFO blocks, a device never ends
-                    logger.warning("left out %r: it is a FIFO, socket or device, not a file", entry.path)
+                    logger.warning(
+                        "left out %r: it is a FIFO, socket or device, not a file", entry.path
+                    )
     return found
 
 
@@ -164,4 +166,6 @@ def _matches(patterns: Sequence[re.Pattern[str] | None], segments: Sequence[str]
     head, tail = patterns[0], patterns[1:]
     if head is None:
         return any(_matches(tail, segments[skip:]) for skip in range(len(segments) + 1))
-    return bool(segments) and head.fullmatch(segments[0]) is not None and _matches(tail, segments[1:])
+    return (
+        bool(segments) and head.fullmatch(segments[0]) is not None and _matches(tail, segments[1:])
+    )

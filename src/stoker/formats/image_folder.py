@@ -159,7 +159,8 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         """Loads a saved index instead of walking the folder again.
 
         Args:
-            path: the JSON written by :meth:`save_index` (or a plain ``{"classes", "items"}`` JSON index).
+            path: the JSON written by :meth:`save_index` (or a plain ``{"classes", "items"}`` JSON
+            index).
             root: where the images are now; default: the ``root`` recorded in the file, or
                 the current directory for an index without one (paths used as written).
             **kwargs: the other arguments of :class:`ImageFolder`.
@@ -555,4 +556,3 @@ def _json_string(text: str) -> str:
     except UnicodeEncodeError:
         return json.dumps(text)
     return json.dumps(text, ensure_ascii=False)
-

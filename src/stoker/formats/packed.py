@@ -31,4 +31,10 @@ from stoker.formats._packed_spec import FORMAT_VERSION, PackedFormatError
 from stoker.formats.packed_reader import PackedDataset
 from stoker.formats.packed_writer import DEFAULT_SHARD_BYTES, PackedWriter
 
-__all__ = ["DEFAULT_SHARD_BYTES", "FORMAT_VERSION", "PackedDataset", "PackedFormatError", "PackedWriter"]
+__all__ = [
+    "DEFAULT_SHARD_BYTES",
+    "FORMAT_VERSION",
+    "PackedDataset",
+    "PackedFormatError",
+    "PackedWriter",
+]

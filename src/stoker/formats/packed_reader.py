@@ -135,7 +135,9 @@ class PackedDataset(Dataset[Any]):
             msg = f"verify must be False, 'open' or 'read', got {verify!r}"
             raise ValueError(msg)
         if transform is not None and not callable(transform):
-            msg = f"transform must be callable or None, got {type(transform).__name__} {transform!r}"
+            msg = (
+                f"transform must be callable or None, got {type(transform).__name__} {transform!r}"
+            )
             raise TypeError(msg)
         self.verify = verify
         self.transform = transform
@@ -154,14 +156,17 @@ class PackedDataset(Dataset[Any]):
             return opened
         if opened is not None:  # forked: keep the (shared, read-only) index, map afresh
             remote = opened.remote.for_process() if opened.remote is not None else None
-            opened = dataclasses.replace(opened, maps=[None] * len(opened.shard_paths), pid=pid, remote=remote)
+            opened = dataclasses.replace(
+                opened, maps=[None] * len(opened.shard_paths), pid=pid, remote=remote
+            )
         else:
             opened = _load(self.path, pid, self.storage)
             fingerprint = opened.manifest[_FINGERPRINT]
             if self._fingerprint is not None and fingerprint != self._fingerprint:
                 msg = (
-                    f"the packed dataset {self.path!r} was rewritten after this PackedDataset was opened (its "
-                    "manifest changed): a worker would read other data than the main process. Open it again."
+                    f"the packed dataset {self.path!r} was rewritten after this PackedDataset "
+                    "was opened (its manifest changed): a worker would read other data than the "
+                    "main process. Open it again."
                 )
                 raise PackedFormatError(msg)
             if self.verify == "open" and not self._verified:
@@ -238,7 +243,10 @@ class PackedDataset(Dataset[Any]):
         for k, spec in enumerate(opened.schema.fields):
             if spec.name == field or (opened.schema.layout == "single" and field in (None, 0)):
                 if spec.kind in BLOB_KINDS:
-                    msg = f"column({field!r}): field {field!r} is {spec.kind}; only int and float fields are columns"
+                    msg = (
+                        f"column({field!r}): field {field!r} is {spec.kind}; only int and "
+                        "float fields are columns"
+                    )
                     raise ValueError(msg)
                 return opened.columns[f"value{k}"]
         names = [spec.name for spec in opened.schema.fields]
@@ -255,7 +263,11 @@ class PackedDataset(Dataset[Any]):
         if length == 0:
             return None
         try:
-            return opened.keys[shard][start : start + length].tobytes().decode("utf-8", "surrogatepass")
+            return (
+                opened.keys[shard][start : start + length]
+                .tobytes()
+                .decode("utf-8", "surrogatepass")
+            )
         except UnicodeDecodeError as exc:
             raise _damaged_text(opened, shard, i, "its key", exc) from None
 
@@ -282,7 +294,11 @@ class PackedDataset(Dataset[Any]):
 
     def __repr__(self) -> str:
         opened = self._opened
-        size = f"records={int(opened.starts[-1])}, shards={len(opened.shard_paths)}, " if opened else ""
+        size = (
+            f"records={int(opened.starts[-1])}, shards={len(opened.shard_paths)}, "
+            if opened
+            else ""
+        )
         return f"PackedDataset({self.path!r}, {size}verify={self.verify!r})"
 
     # -- reading -------------------------------------------------------------------------
@@ -298,14 +314,20 @@ class PackedDataset(Dataset[Any]):
         offset = int(columns["offset"][i])
         data = _map(opened, shard)
         if self.verify == "read":
-            _check_record(opened, shard, i, data, offset, int(columns["length"][i]), int(columns["crc32"][i]))
+            _check_record(
+                opened, shard, i, data, offset, int(columns["length"][i]), int(columns["crc32"][i])
+            )
         values = []
         try:
             for k, spec in enumerate(opened.schema.fields):
                 if spec.kind in BLOB_KINDS:
                     start = offset + int(columns[f"start{k}"][i])
                     end = start + int(columns[f"nbytes{k}"][i])
-                    shape = tuple(columns[f"shape{k}"][i].tolist()) if spec.kind == "array" and spec.ndim else ()
+                    shape = (
+                        tuple(columns[f"shape{k}"][i].tolist())
+                        if spec.kind == "array" and spec.ndim
+                        else ()
+                    )
                     values.append(self._blob(spec.kind, spec.dtype, shape, data[start:end]))
                 else:
                     values.append(columns[f"value{k}"][i].item())
@@ -335,7 +357,11 @@ class PackedDataset(Dataset[Any]):
             if spec.kind in BLOB_KINDS:
                 starts = (offsets + columns[f"start{k}"][idx]).tolist()
                 ends = (np.asarray(starts, dtype=np.int64) + columns[f"nbytes{k}"][idx]).tolist()
-                shapes = columns[f"shape{k}"][idx].tolist() if spec.kind == "array" and spec.ndim else None
+                shapes = (
+                    columns[f"shape{k}"][idx].tolist()
+                    if spec.kind == "array" and spec.ndim
+                    else None
+                )
                 per_field.append((spec, starts, ends, shapes))
             else:
                 per_field.append((spec, columns[f"value{k}"][idx].tolist(), None, None))
@@ -349,7 +375,9 @@ class PackedDataset(Dataset[Any]):
                         values.append(first[j])
                     else:
                         shape = tuple(shapes[j]) if shapes is not None else ()
-                        values.append(self._blob(spec.kind, spec.dtype, shape, data[first[j] : ends[j]]))
+                        values.append(
+                            self._blob(spec.kind, spec.dtype, shape, data[first[j] : ends[j]])
+                        )
             except UnicodeDecodeError as exc:
                 raise _damaged_text(opened, shard, int(idx[j]), "a str field", exc) from None
             samples.append(_assemble(opened.schema, values))
@@ -407,18 +435,22 @@ def _record_name(opened: _Opened, shard: int, i: int) -> str:
     return f"{opened.shard_paths[shard]}: record {local} of this shard (dataset index {i})"
 
 
-def _check_record(opened: _Opened, shard: int, i: int, data: np.ndarray, offset: int, length: int, crc: int) -> None:
+def _check_record(
+    opened: _Opened, shard: int, i: int, data: np.ndarray, offset: int, length: int, crc: int
+) -> None:
     actual = zlib.crc32(data[offset : offset + length])
     if actual != crc:
         msg = (
-            f"{_record_name(opened, shard, i)} fails its checksum: "
-            f"crc32 stored 0x{crc:08x}, computed 0x{actual:08x} over bytes {offset}..{offset + length} of the "
-            f"payload. {_CORRUPT_HINT}"
+            f"{_record_name(opened, shard, i)} fails its checksum: crc32 stored 0x{crc:08x}, "
+            f"computed 0x{actual:08x} over bytes {offset}..{offset + length} of the payload. "
+            f"{_CORRUPT_HINT}"
         )
         raise PackedFormatError(msg)
 
 
-def _damaged_text(opened: _Opened, shard: int, i: int, what: str, exc: UnicodeDecodeError) -> PackedFormatError:
+def _damaged_text(
+    opened: _Opened, shard: int, i: int, what: str, exc: UnicodeDecodeError
+) -> PackedFormatError:
     msg = (
         f"{_record_name(opened, shard, i)} has {what} that "
         f"is not valid UTF-8 ({exc.reason} at byte {exc.start}), so the shard is damaged "
@@ -457,9 +489,11 @@ def _load(path: str, pid: int, storage: Storage | None = None) -> _Opened:
 
 
 def _load_local(path: str, location: str, pid: int) -> _Opened:
-    """Loads the dataset in folder ``path``; at ``location`` (a URL) when its data files are remote."""
+    """Loads the dataset in folder ``path``; at ``location`` (a URL) when its files are remote."""
     manifest, schema, fingerprint = read_manifest(path)
-    manifest[_FINGERPRINT] = fingerprint  # never written: tells one writing of the dataset from another
+    manifest[_FINGERPRINT] = (
+        fingerprint  # never written: tells one writing of the dataset from another
+    )
     index_dtype = schema.index_dtype()
     shard_paths, indices, keys = [], [], []
     first = 0
@@ -469,10 +503,20 @@ def _load_local(path: str, location: str, pid: int) -> _Opened:
         keys_path = os.path.join(path, shard["keys"])
         records = shard["records"]
         index = load_npy(
-            index_path, shard["index_file_bytes"], shard["index_crc32"], "index file", index_dtype, (records,)
+            index_path,
+            shard["index_file_bytes"],
+            shard["index_crc32"],
+            "index file",
+            index_dtype,
+            (records,),
         )
         keys_file = load_npy(
-            keys_path, shard["keys_file_bytes"], shard["keys_crc32"], "keys file", np.dtype(np.uint8), None
+            keys_path,
+            shard["keys_file_bytes"],
+            shard["keys_crc32"],
+            "keys file",
+            np.dtype(np.uint8),
+            None,
         )
         if location != path:  # remote: the data file is checked when it is downloaded
             data_path = join_url(location, shard["data"])
@@ -487,8 +531,10 @@ def _load_local(path: str, location: str, pid: int) -> _Opened:
     np.cumsum([shard["records"] for shard in manifest["shards"]], out=starts[1:])
     columns = {}
     for name in index_dtype.names or ():
-        column = np.concatenate([index[name] for index in indices]) if indices else np.zeros(
-            (0, *index_dtype[name].shape), dtype=index_dtype[name].base
+        column = (
+            np.concatenate([index[name] for index in indices])
+            if indices
+            else np.zeros((0, *index_dtype[name].shape), dtype=index_dtype[name].base)
         )
         column.flags.writeable = False
         columns[name] = column

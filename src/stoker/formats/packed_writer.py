@@ -98,7 +98,9 @@ class PackedWriter:
         overwrite: bool = False,
     ) -> None:
         self.path = fspath(path, "path")
-        self.max_shard_bytes = check_int("max_shard_bytes", max_shard_bytes, minimum=1, hint="bytes")
+        self.max_shard_bytes = check_int(
+            "max_shard_bytes", max_shard_bytes, minimum=1, hint="bytes"
+        )
         self.classes = _check_classes(classes)
         self.metadata: dict[str, Any] = dict(metadata or {})
         _check_json("metadata", self.metadata)
@@ -132,7 +134,10 @@ class PackedWriter:
                 :meth:`PackedDataset.describe_sample` and :meth:`PackedDataset.key`.
         """
         if self._state != "open":
-            msg = f"PackedWriter for {self.path!r} is {self._state}; records can only be added before close()"
+            msg = (
+                f"PackedWriter for {self.path!r} is {self._state}; records can only be added "
+                "before close()"
+            )
             raise ValueError(msg)
         if key is not None and not isinstance(key, str):
             msg = f"key must be a str or None, got {type(key).__name__} {key!r}"
@@ -209,7 +214,10 @@ class PackedWriter:
 
     def __repr__(self) -> str:
         shards = len(self._shards) + (self._file is not None)
-        return f"PackedWriter({self.path!r}, records={self._records}, shards={shards}, state={self._state!r})"
+        return (
+            f"PackedWriter({self.path!r}, records={self._records}, shards={shards}, "
+            f"state={self._state!r})"
+        )
 
     # -- shards ----------------------------------------------------------------------
 
@@ -220,6 +228,7 @@ class PackedWriter:
 
     def _begin_shard(self) -> None:
         data_name = shard_file_names(len(self._shards))[0]
+        # open across add() calls until the shard is finished: no with-block can hold it
         self._file = open(self._partial(data_name), "wb", buffering=_WRITE_BUFFER_BYTES)  # noqa: SIM115
         self._file.write(npy_header(0))
         self._rows = np.zeros(_INITIAL_ROWS, dtype=self._index_dtype)
@@ -283,7 +292,9 @@ class PackedWriter:
         f.close()
         self._file = None
         index_bytes, index_crc = _write_npy(self._partial(index_name), rows[: self._shard_records])
-        keys_bytes, keys_crc = _write_npy(self._partial(keys_name), np.frombuffer(bytes(self._keys), dtype=np.uint8))
+        keys_bytes, keys_crc = _write_npy(
+            self._partial(keys_name), np.frombuffer(bytes(self._keys), dtype=np.uint8)
+        )
         self._shards.append(
             {
                 "data": data_name,
@@ -302,7 +313,11 @@ class PackedWriter:
         self._shard_records = self._shard_bytes = 0
 
     def _manifest(self) -> dict[str, Any]:
-        schema = self._schema.to_json() if self._schema is not None else {"layout": "single", "fields": []}
+        schema = (
+            self._schema.to_json()
+            if self._schema is not None
+            else {"layout": "single", "fields": []}
+        )
         return {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
@@ -316,7 +331,9 @@ class PackedWriter:
         }
 
 
-def _layout(schema: Schema, values: list[Any]) -> tuple[list[memoryview], list[tuple[Any, ...]], int]:
+def _layout(
+    schema: Schema, values: list[Any]
+) -> tuple[list[memoryview], list[tuple[Any, ...]], int]:
     """The bytes of a record's blob fields and where each goes (start, nbytes, shape)."""
     parts: list[memoryview] = []
     layout: list[tuple[Any, ...]] = []
@@ -369,7 +386,10 @@ def _fsync_directory(path: str) -> None:
 
 def _prepare_directory(path: str, overwrite: bool) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
-        msg = f"PackedWriter needs a directory to write into, but {path!r} is a file; choose another path"
+        msg = (
+            f"PackedWriter needs a directory to write into, but {path!r} is a file; choose "
+            "another path"
+        )
         raise NotADirectoryError(msg)
     os.makedirs(path, exist_ok=True)
     entries = sorted(os.listdir(path))
@@ -377,7 +397,9 @@ def _prepare_directory(path: str, overwrite: bool) -> None:
         return
     if not overwrite:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-        what = "a packed dataset" if MANIFEST_NAME in entries else f"{len(entries)} entries ({shown})"
+        what = (
+            "a packed dataset" if MANIFEST_NAME in entries else f"{len(entries)} entries ({shown})"
+        )
         msg = (
             f"PackedWriter's directory {path!r} is not empty: it holds {what}. Choose an empty "
             "directory, or pass overwrite=True to replace the packed dataset there."
@@ -396,7 +418,9 @@ def _check_classes(classes: Any) -> list[str] | None:
     if classes is None:
         return None
     if isinstance(classes, Mapping):
-        labels = sorted(classes.values()) if all(isinstance(v, int) for v in classes.values()) else None
+        labels = (
+            sorted(classes.values()) if all(isinstance(v, int) for v in classes.values()) else None
+        )
         if labels != list(range(len(classes))):
             msg = (
                 "classes as a mapping must map each class name to a distinct label 0..n-1, "
@@ -405,7 +429,10 @@ def _check_classes(classes: Any) -> list[str] | None:
             raise ValueError(msg)
         names = [name for name, _ in sorted(classes.items(), key=lambda item: item[1])]
     elif isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence):
-        msg = f"classes must be a sequence of class names or a {{name: label}} mapping, got {classes!r}"
+        msg = (
+            "classes must be a sequence of class names or a {name: label} mapping, got "
+            f"{classes!r}"
+        )
         raise TypeError(msg)
     else:
         names = list(classes)

@@ -22,7 +22,8 @@ Example:
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
     >>> samples = [{"__key__": f"{i:04d}", "cls": i % 2, "txt": f"sample {i}"} for i in range(5)]
-    >>> paths = write_tar_shards(samples, os.path.join(folder, "shard-%03d.tar"), max_samples_per_shard=2)
+    >>> paths = write_tar_shards(samples, os.path.join(folder, "shard-%03d.tar"),
+    max_samples_per_shard=2)
     >>> [os.path.basename(p) for p in paths]
     ['shard-000.tar', 'shard-001.tar', 'shard-002.tar']
     >>> [(s["__key__"], s["cls"], s["txt"]) for s in TarShards(paths, decode=True)][:2]
@@ -86,8 +87,9 @@ def _decode_npy(data: bytes) -> np.ndarray:
     header = read_npy_header(io.BytesIO(data))  # ValueError, reported with the sample
     if header.dtype.hasobject:
         msg = (
-            f"it holds Python objects ({header.dtype}), which are stored as pickles; stoker does not "
-            "unpickle data it reads (unpickling can run any code). Store numbers, bools or strings"
+            f"it holds Python objects ({header.dtype}), which are stored as pickles; stoker does "
+            "not unpickle data it reads (unpickling can run any code). Store numbers, bools or "
+            "strings"
         )
         raise ValueError(msg)
     if header.offset + header.data_bytes != len(data):
@@ -375,5 +377,3 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
         more = ", ..." if len(self.shards) > 2 else ""
         noun = "shard" if len(self.shards) == 1 else "shards"
         return f"TarShards({len(self.shards)} {noun}: [{head}{more}])"
-
-

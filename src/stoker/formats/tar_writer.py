@@ -61,18 +61,27 @@ def _sample_members(
     sample: Mapping[str, Any], position: int
 ) -> tuple[str, list[tuple[str, bytes]]]:
     if not isinstance(sample, Mapping):
-        msg = f"sample {position} is a {type(sample).__name__}; write_tar_shards takes dicts of extension to data"
+        msg = (
+            f"sample {position} is a {type(sample).__name__}; write_tar_shards takes dicts of "
+            "extension to data"
+        )
         raise TypeError(msg)
     key = str(sample.get("__key__", f"{position:09d}"))
     if not key or "." in key.rpartition("/")[2] or key.startswith("/"):
-        msg = f"sample {position} has the key {key!r}; a key must be non-empty, relative and have no '.' in its name"
+        msg = (
+            f"sample {position} has the key {key!r}; a key must be non-empty, relative and "
+            "have no '.' in its name"
+        )
         raise ValueError(msg)
     members = []
     for ext, value in sample.items():
         if ext.startswith("__"):
             continue
         if not isinstance(ext, str) or not ext or "/" in ext:
-            msg = f"sample {key!r} has the extension {ext!r}; extensions are non-empty names like 'jpg'"
+            msg = (
+                f"sample {key!r} has the extension {ext!r}; extensions are non-empty names "
+                "like 'jpg'"
+            )
             raise ValueError(msg)
         members.append((f"{key}.{ext}", _encode(key, ext, value)))
     if not members:
@@ -107,12 +116,16 @@ def write_tar_shards(
     Example:
         >>> import os, tempfile
         >>> pattern = os.path.join(tempfile.mkdtemp(), "part-{:02d}.tar")
-        >>> [os.path.basename(p) for p in write_tar_shards([{"txt": "hi"}] * 3, pattern, max_samples_per_shard=2)]
+        >>> [os.path.basename(p) for p in write_tar_shards([{"txt": "hi"}] * 3, pattern,
+        max_samples_per_shard=2)]
         ['part-00.tar', 'part-01.tar']
     """
     pattern = os.fspath(dst_pattern)
     if not re.search(r"%[-0 #+]*\d*d|\{[^}]*\}", pattern):
-        msg = f"dst_pattern must hold a shard number placeholder like '%06d' or '{{:06d}}', got {pattern!r}"
+        msg = (
+            "dst_pattern must hold a shard number placeholder like '%06d' or '{:06d}', got "
+            f"{pattern!r}"
+        )
         raise ValueError(msg)
     max_samples_per_shard = check_int("max_samples_per_shard", max_samples_per_shard, minimum=1)
     max_bytes_per_shard = check_optional_int("max_bytes_per_shard", max_bytes_per_shard, minimum=1)
@@ -145,6 +158,7 @@ def write_tar_shards(
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 gz = path.lower().endswith((".gz", ".tgz"))
                 # closed when the shard is full, at the end, or in the finally below
+                # open across samples until the shard is full: no with-block can hold it
                 archive = tarfile.open(partial, "w:gz" if gz else "w", format=tarfile.PAX_FORMAT)  # noqa: SIM115
                 count = size = 0
             for name, data in members:

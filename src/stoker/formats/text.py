@@ -7,7 +7,8 @@ many files as readers, every ``k``-th record of a shared file when there are few
 every record is read exactly once per epoch, whatever the numbers of ranks and workers.
 
 Files come as a list, a glob pattern (``"data/*.jsonl.gz"``, ``**`` allowed) or a
-directory (read recursively, each folder once whatever its links, hidden names skipped). Patterns and directories are sorted,
+directory (read recursively, each folder once whatever its links, hidden names skipped). Patterns
+and directories are sorted,
 so every rank sees the same list; a list is kept in the order given. URLs (``s3://``,
 ``gs://``, ``http(s)://``, ...: an object, a prefix or a pattern) are listed the same way and
 downloaded through :mod:`stoker.storage` (``pip install 'stoker[storage]'``). Paths are held in a
@@ -91,6 +92,7 @@ class UndecodableText(ValueError):
         raw = bytes(ord(c) - 0xDC00 for c in "".join(marked))
         shown = raw[:16] + (b"..." if len(raw) > 16 else b"")
         super().__init__(f"not valid {encoding!r} text: cannot decode the byte(s) {shown!r}")
+
 
 FileSpec = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 

@@ -86,7 +86,9 @@ def find_large_containers(dataset: Any, *, budget_s: float = _BUDGET_S) -> list[
     return found
 
 
-def _attributes(obj: Any, where: str, depth: int, seen: set[int]) -> Iterator[tuple[str, Any, str, Any]]:
+def _attributes(
+    obj: Any, where: str, depth: int, seen: set[int]
+) -> Iterator[tuple[str, Any, str, Any]]:
     """(where, owner, attribute name, value) for the attributes of ``obj`` and its members."""
     if id(obj) in seen or depth > _MAX_DEPTH:
         return
@@ -96,7 +98,9 @@ def _attributes(obj: Any, where: str, depth: int, seen: set[int]) -> Iterator[tu
     except TypeError:  # no __dict__ (slots, builtins)
         return
     for name, value in attributes.items():
-        if isinstance(value, _SKIPPED_TYPES) or callable(value) and not hasattr(value, "__getitem__"):
+        if isinstance(value, _SKIPPED_TYPES) or (
+            callable(value) and not hasattr(value, "__getitem__")
+        ):
             continue
         yield f"{where}.{name}", obj, name, value
         if isinstance(value, (list, tuple)) and len(value) <= _MAX_MEMBERS:
@@ -164,18 +168,18 @@ def warning_text(found: LargeContainer, start_method: str) -> str:
         cost = f"Each {start_method} worker unpickles its own copy: about {mib:,.0f} MiB per worker"
     if found.compactable:
         fix = (
-            f"Keep it compact: `self.{found.attribute} = stoker.compact(self.{found.attribute})` in "
-            "the dataset's __init__ (one buffer the workers share), or pass compact_dataset=True to "
-            "let the loader do it"
+            f"Keep it compact: `self.{found.attribute} = stoker.compact(self.{found.attribute})` "
+            "in the dataset's __init__ (one buffer the workers share), or pass "
+            "compact_dataset=True to let the loader do it"
         )
     else:
         fix = (
-            "Keep it in numpy arrays or stoker.compact containers (StringArray, RecordArray), which "
-            "workers share without copying"
+            "Keep it in numpy arrays or stoker.compact containers (StringArray, RecordArray), "
+            "which workers share without copying"
         )
     return (
-        f"DataLoader: {found.where} is a {found.kind} with {found.items:,} items (about {mib:,.0f} MiB "
-        f"of Python objects). {cost}. {fix}. See docs/memory.md."
+        f"DataLoader: {found.where} is a {found.kind} with {found.items:,} items (about "
+        f"{mib:,.0f} MiB of Python objects). {cost}. {fix}. See docs/memory.md."
     )
 
 

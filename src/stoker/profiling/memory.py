@@ -48,11 +48,12 @@ class GrowthWatch:
                 self.warned = True
                 first, last = samples[0], samples[-1]
                 warnings.warn(
-                    f"worker {worker_id}'s private memory grew from {first[1] / 2**20:.0f} MiB to "
-                    f"{last[1] / 2**20:.0f} MiB over {last[0] - first[0]} batches and keeps growing. The "
-                    "usual cause is copy-on-read: the dataset holds Python lists or dicts (of paths, "
-                    "labels, records) and every read dirties their pages in each worker. Store them "
-                    "with stoker.compact.StringArray / RecordArray or numpy arrays (docs/memory.md).",
+                    f"worker {worker_id}'s private memory grew from {first[1] / 2**20:.0f} MiB "
+                    f"to {last[1] / 2**20:.0f} MiB over {last[0] - first[0]} batches and keeps "
+                    "growing. The usual cause is copy-on-read: the dataset holds Python lists "
+                    "or dicts (of paths, labels, records) and every read dirties their pages in "
+                    "each worker. Store them with stoker.compact.StringArray / RecordArray or "
+                    "numpy arrays (docs/memory.md).",
                     ResourceWarning,
                     stacklevel=5,
                 )

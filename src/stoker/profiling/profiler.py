@@ -95,10 +95,14 @@ class Profile:
         if share > BOTTLENECK_SHARE:
             return "data-bound: the pipeline is the bottleneck. " + self._advice()
         if share < COMPUTE_BOUND_SHARE:
-            return "compute-bound: the model, not data loading, sets the pace; leave the loader as it is."
+            return (
+                "compute-bound: the model, not data loading, sets the pace; leave the loader "
+                "as it is."
+            )
         return (
-            "balanced, with a noticeable data wait: typical of heavy CPU augmentation. Move costly "
-            "transforms to batch level or to the GPU, or add a worker or two (stoker bench finds the knee)."
+            "balanced, with a noticeable data wait: typical of heavy CPU augmentation. Move "
+            "costly transforms to batch level or to the GPU, or add a worker or two (stoker "
+            "bench finds the knee)."
         )
 
     def _advice(self) -> str:
@@ -106,7 +110,11 @@ class Profile:
         if not callable(stats):
             return "Raise num_workers and prefetch_factor (stoker bench finds the knee)."
         now = stats()
-        fetch, collate, transport = now.per_batch_ms("fetch"), now.per_batch_ms("collate"), now.per_batch_ms("transport")
+        fetch, collate, transport = (
+            now.per_batch_ms("fetch"),
+            now.per_batch_ms("collate"),
+            now.per_batch_ms("transport"),
+        )
         workers = getattr(self.loader, "num_workers", 0)
         if workers == 0:
             return (
@@ -120,25 +128,29 @@ class Profile:
             )
         if fetch >= collate:
             return (
-                f"Fetching dominates ({fetch:.1f} ms per batch in the workers): raise num_workers if "
-                "cores are idle, pack small files into shards (stoker pack) and read them with "
-                "BlockShuffleSampler, decode at reduced size, and check stats().slowest_samples."
+                f"Fetching dominates ({fetch:.1f} ms per batch in the workers): raise "
+                "num_workers if cores are idle, pack small files into shards (stoker pack) and "
+                "read them with BlockShuffleSampler, decode at reduced size, and check "
+                "stats().slowest_samples."
             )
         return (
-            f"collate_fn dominates ({collate:.1f} ms per batch): keep it light (no per-sample Python "
-            "loops), or move batch-level work to the GPU."
+            f"collate_fn dominates ({collate:.1f} ms per batch): keep it light (no per-sample "
+            "Python loops), or move batch-level work to the GPU."
         )
 
     def report(self) -> str:
         waits, steps = self._counted()
         if not steps:
-            return f"profiled {self.steps} step(s): too few to judge (need at least {self.skip_first + 2})"
+            return (
+                f"profiled {self.steps} step(s): too few to judge (need at least "
+                f"{self.skip_first + 2})"
+            )
         mean_step = 1000 * sum(steps) / len(steps)
         mean_wait = 1000 * sum(waits) / len(waits) if waits else 0.0
         return (
-            f"profiled {len(steps)} steps (first {self.skip_first} excluded): step {mean_step:.2f} ms, "
-            f"data wait {mean_wait:.2f} ms = {100 * self.data_wait_share:.1f}% of the step.\n"
-            f"verdict: {self.verdict}"
+            f"profiled {len(steps)} steps (first {self.skip_first} excluded): step "
+            f"{mean_step:.2f} ms, data wait {mean_wait:.2f} ms = "
+            f"{100 * self.data_wait_share:.1f}% of the step.\nverdict: {self.verdict}"
         )
 
 

@@ -87,7 +87,8 @@ class LoaderStats:
         lines = [
             f"{self.batches} batches, {self.samples} samples in {self.wall_s:.2f} s: "
             f"{self.batches_per_s:,.1f} batches/s, {self.samples_per_s:,.0f} samples/s",
-            "per batch: " + ", ".join(
+            "per batch: "
+            + ", ".join(
                 f"{stage} {self.per_batch_ms(stage):.3f} ms"
                 for stage in ("sampling", "fetch", "collate", "transport", "wait")
             ),
@@ -105,7 +106,10 @@ class LoaderStats:
         if self.memory:
             lines.append(
                 "memory (unique / proportional MiB): "
-                + ", ".join(f"{who} {m.uss / 2**20:.0f} / {m.pss / 2**20:.0f}" for who, m in self.memory.items())
+                + ", ".join(
+                    f"{who} {m.uss / 2**20:.0f} / {m.pss / 2**20:.0f}"
+                    for who, m in self.memory.items()
+                )
             )
         lines += [f"autotune: {decision}" for decision in self.autotune]
         return "\n".join(lines)
@@ -134,9 +138,15 @@ class StatsRecorder:
         stats.wait_s += waited_s
 
     def loaded(
-        self, worker_id: int, samples: int, fetch_s: float, collate_s: float, what: Any, slow: tuple[Any, ...] = ()
+        self,
+        worker_id: int,
+        samples: int,
+        fetch_s: float,
+        collate_s: float,
+        what: Any,
+        slow: tuple[Any, ...] = (),
     ) -> None:
-        """A batch of ``samples`` was fetched and collated (by worker ``worker_id``, -1: trainer)."""
+        """A batch of ``samples`` was fetched and collated by ``worker_id`` (-1: the trainer)."""
         stats = self.stats
         stats.samples += samples
         stats.fetch_s += fetch_s
@@ -151,7 +161,10 @@ class StatsRecorder:
             _keep(self._slow_samples, seconds, index)
 
     def snapshot(
-        self, bytes_in_flight: int = 0, autotune: list[str] | None = None, pids: dict[int, int] | None = None
+        self,
+        bytes_in_flight: int = 0,
+        autotune: list[str] | None = None,
+        pids: dict[int, int] | None = None,
     ) -> LoaderStats:
         stats = self.stats
         out = LoaderStats(**{k: getattr(stats, k) for k in stats.__dataclass_fields__})
@@ -159,7 +172,10 @@ class StatsRecorder:
         out.wall_s = self._last - self._first if stats.batches else 0.0
         out.bytes_in_flight = bytes_in_flight
         out.autotune = list(autotune or [])
-        for who, pid in [("trainer", os.getpid()), *((f"worker {w}", p) for w, p in sorted((pids or {}).items()))]:
+        for who, pid in [
+            ("trainer", os.getpid()),
+            *((f"worker {w}", p) for w, p in sorted((pids or {}).items())),
+        ]:
             memory = process_memory(pid)
             if memory is not None:
                 out.memory[who] = memory

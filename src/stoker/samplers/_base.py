@@ -155,7 +155,6 @@ class EpochState:
         """The base seed of a sampler built with ``generator=None`` (numpy's global RNG)."""
         return _resolve_base_seed(None)
 
-
     @property
     def epoch(self) -> int:
         """The epoch the next ``iter()`` uses (it advances by one at every ``iter()``)."""

@@ -57,7 +57,9 @@ class BucketBatchSampler(Randomized, EpochState, Sampler[list[int]]):
     ) -> None:
         self.lengths = as_int_array("lengths", lengths, non_negative=True)
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
-        self.bucket_size_multiplier = check_int("bucket_size_multiplier", bucket_size_multiplier, minimum=1)
+        self.bucket_size_multiplier = check_int(
+            "bucket_size_multiplier", bucket_size_multiplier, minimum=1
+        )
         self.shuffle = check_bool("shuffle", shuffle)
         self.drop_last = check_bool("drop_last", drop_last)
         self._init_epoch_state(generator, seeded=shuffle)

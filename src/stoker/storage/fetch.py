@@ -9,6 +9,7 @@ their ``on_error`` policy like any other unreadable file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -57,8 +58,20 @@ _TRANSIENT_NAMES = frozenset(
         "ProtocolError",
     }
 )
-_TRANSIENT_WORDS = ("503", "500 ", "502", "504", "429", "slowdown", "slow down", "throttl",
-                    "reset by peer", "connection reset", "service unavailable", "timed out")
+_TRANSIENT_WORDS = (
+    "503",
+    "500 ",
+    "502",
+    "504",
+    "429",
+    "slowdown",
+    "slow down",
+    "throttl",
+    "reset by peer",
+    "connection reset",
+    "service unavailable",
+    "timed out",
+)
 
 
 class RemoteReadError(DatasetError, OSError):
@@ -92,7 +105,11 @@ class RetryPolicy:
     max_delay_s: float = 10.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attempts, int) or isinstance(self.attempts, bool) or self.attempts < 1:
+        if (
+            not isinstance(self.attempts, int)
+            or isinstance(self.attempts, bool)
+            or self.attempts < 1
+        ):
             msg = f"attempts must be an int >= 1, got {self.attempts!r}"
             raise ValueError(msg)
         if self.base_delay_s < 0 or self.max_delay_s < 0:
@@ -188,7 +205,5 @@ def download(
 
 
 def _remove(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.remove(path)
-    except FileNotFoundError:
-        pass

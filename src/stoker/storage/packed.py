@@ -39,7 +39,9 @@ class RemoteShards:
     released (left to the cache's eviction) when more are opened.
     """
 
-    def __init__(self, url: str, storage: Storage, shard_count: int = 0, held: int | None = None) -> None:
+    def __init__(
+        self, url: str, storage: Storage, shard_count: int = 0, held: int | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.storage = storage
         self.shard_count = shard_count
@@ -79,8 +81,13 @@ class RemoteShards:
 
     def _get(self, name: str, folder: str, size: int | None) -> None:
         url = join_url(self.url, name)
-        download(self.storage.filesystem(url), url, os.path.join(folder, name), size=size,
-                 policy=self.storage.retry)
+        download(
+            self.storage.filesystem(url),
+            url,
+            os.path.join(folder, name),
+            size=size,
+            policy=self.storage.retry,
+        )
 
     def shard_url(self, shard: int) -> str:
         return join_url(self.url, shard_file_names(shard)[0])
@@ -94,7 +101,11 @@ class RemoteShards:
                 self._held.move_to_end(shard)
                 return held.path, []
             future = self._ahead.pop(shard, None)
-        held = future.result() if future is not None else self.storage.fetch(self.shard_url(shard), size)
+        held = (
+            future.result()
+            if future is not None
+            else self.storage.fetch(self.shard_url(shard), size)
+        )
         released = []
         with self._lock:
             self._held[shard] = held

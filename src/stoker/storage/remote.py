@@ -65,7 +65,10 @@ class Storage:
         retries: RetryPolicy | int = 5,
     ) -> None:
         if storage_options is not None and not isinstance(storage_options, dict):
-            msg = f"storage_options must be a dict of file system options or None, got {storage_options!r}"
+            msg = (
+                "storage_options must be a dict of file system options or None, got "
+                f"{storage_options!r}"
+            )
             raise TypeError(msg)
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
             msg = f"prefetch must be an int >= 0 (files downloaded ahead), got {prefetch!r}"
@@ -150,7 +153,9 @@ class Storage:
                 found = {path: info}
         urls = []
         for name, info in sorted(found.items()):
-            if info.get("type") == "directory" or name.rstrip("/").rpartition("/")[2].startswith("."):
+            if info.get("type") == "directory" or name.rstrip("/").rpartition("/")[2].startswith(
+                "."
+            ):
                 continue
             url = fs.unstrip_protocol(name) if "://" not in name else name
             if isinstance(info.get("size"), int):
@@ -207,9 +212,16 @@ class LocalCopies:
     released then (or at :meth:`close`), the next ``prefetch`` download meanwhile.
     """
 
-    def __init__(self, files: Sequence[str], order: Sequence[int], storage: Storage,
-                 remote: Callable[[str], bool], rank: int | None, world_size: int | None,
-                 first: int = 0) -> None:
+    def __init__(
+        self,
+        files: Sequence[str],
+        order: Sequence[int],
+        storage: Storage,
+        remote: Callable[[str], bool],
+        rank: int | None,
+        world_size: int | None,
+        first: int = 0,
+    ) -> None:
         shard = shard_for_worker(list(order), rank=rank, world_size=world_size)
         self.files = files
         self.storage = storage
@@ -264,8 +276,9 @@ def open_files(
         copies.close()
 
 
-def list_remote(files: Any, *, owner: str, suffixes: Sequence[str] | None,
-                storage: Storage | None) -> list[str] | None:
+def list_remote(
+    files: Any, *, owner: str, suffixes: Sequence[str] | None, storage: Storage | None
+) -> list[str] | None:
     """The URLs a remote ``files`` spec names (sorted), or None when ``files`` is not one."""
     if not is_remote(files):
         return None

@@ -45,7 +45,9 @@ def check_stream_state(owner: str, state: Any, kind: str) -> dict[str, Any]:
     return dict(state)
 
 
-def check_shard(owner: str, state: Mapping[str, Any], rank: int | None, world_size: int | None) -> None:
+def check_shard(
+    owner: str, state: Mapping[str, Any], rank: int | None, world_size: int | None
+) -> None:
     """Refuses a state saved by another (rank, worker) shard: its positions belong to that one."""
     shard = list(current_shard(rank=rank, world_size=world_size))
     if list(state["shard"]) != shard:
@@ -149,7 +151,7 @@ class RecordStream:
             scope.position, scope.index = saved
 
     def _read_positions(self, positions: Sequence[Position]) -> list[Any]:
-        """The samples at ``positions`` (in that order), reading each file once, up to its last one."""
+        """The samples at ``positions``, in order, reading each file once up to its last one."""
         wanted: dict[int, set[int]] = {}
         for f, r in positions:
             wanted.setdefault(f, set()).add(r)

@@ -26,6 +26,7 @@ With workers each worker buckets its own shard of the stream.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -43,8 +44,10 @@ def _check_boundaries(boundaries: Sequence[float] | None) -> list[float] | None:
     if boundaries is None:
         return None
     values = list(boundaries)
-    if not values or any(later <= earlier for earlier, later in zip(values, values[1:], strict=False)):
-        msg = f"boundaries must be a non-empty, strictly increasing list of keys, got {boundaries!r}"
+    if not values or any(later <= earlier for earlier, later in itertools.pairwise(values)):
+        msg = (
+            f"boundaries must be a non-empty, strictly increasing list of keys, got {boundaries!r}"
+        )
         raise ValueError(msg)
     return values
 
@@ -85,7 +88,10 @@ class BucketStream(IterableDataset[list[Any]]):
         seed: int | None = None,
     ) -> None:
         if not hasattr(dataset, "__iter__"):
-            msg = f"BucketStream takes an iterable dataset (with __iter__), got {type(dataset).__name__}"
+            msg = (
+                "BucketStream takes an iterable dataset (with __iter__), got "
+                f"{type(dataset).__name__}"
+            )
             raise TypeError(msg)
         if not callable(key):
             msg = f"key must be a function of a sample that returns its length, got {key!r}"

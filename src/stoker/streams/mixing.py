@@ -69,7 +69,9 @@ class _Schedule:
 
     def _normalise(self) -> None:
         total = float(sum(w for w, a in zip(self.weights, self.active, strict=True) if a))
-        self.share = [float(w) / total if a else 0.0 for w, a in zip(self.weights, self.active, strict=True)]
+        self.share = [
+            float(w) / total if a else 0.0 for w, a in zip(self.weights, self.active, strict=True)
+        ]
 
     def next(self) -> int:
         best = -1
@@ -128,8 +130,9 @@ class _Source:
         save = getattr(self.dataset, "state_dict", None)
         if not callable(save):
             msg = (
-                f"Mix cannot save a mid-epoch state: its source {type(self.dataset).__name__} has no "
-                "state_dict / load_state_dict. Use stoker's readers or give it those methods."
+                f"Mix cannot save a mid-epoch state: its source {type(self.dataset).__name__} "
+                "has no state_dict / load_state_dict. Use stoker's readers or give it those "
+                "methods."
             )
             raise TypeError(msg)
         return save()
@@ -159,7 +162,9 @@ class Mix(IterableDataset[Any]):
         if not sources:
             raise ValueError("Mix needs at least one dataset")
         weights = [1.0] * len(sources) if weights is None else [float(w) for w in weights]
-        if len(weights) != len(sources) or any(not w > 0 or w != w or w == float("inf") for w in weights):
+        if len(weights) != len(sources) or any(
+            not w > 0 or w != w or w == float("inf") for w in weights
+        ):
             msg = (
                 f"weights must be one positive, finite number per dataset ({len(sources)}), "
                 f"got {weights!r}"
@@ -214,7 +219,9 @@ class Mix(IterableDataset[Any]):
         self._live = (schedule, sources, ran_out)
         return self._draws(schedule, sources, ran_out)
 
-    def _draws(self, schedule: _Schedule, sources: list[_Source], ran_out: list[bool]) -> Iterator[Any]:
+    def _draws(
+        self, schedule: _Schedule, sources: list[_Source], ran_out: list[bool]
+    ) -> Iterator[Any]:
         while any(schedule.active):
             i = schedule.next()
             value = sources[i].next()

@@ -187,7 +187,10 @@ class ShuffleBuffer(IterableDataset[Any]):
 
     def __init__(self, dataset: Any, size: int, *, seed: int | None = None) -> None:
         if not is_iterable_dataset(dataset) and not hasattr(dataset, "__iter__"):
-            msg = f"ShuffleBuffer wraps an iterable dataset (with __iter__), got {type(dataset).__name__}"
+            msg = (
+                "ShuffleBuffer wraps an iterable dataset (with __iter__), got "
+                f"{type(dataset).__name__}"
+            )
             raise TypeError(msg)
         self.dataset = dataset
         self.size = check_int("size", size, minimum=1)
@@ -246,9 +249,9 @@ class ShuffleBuffer(IterableDataset[Any]):
         inner_state = getattr(self.dataset, "state_dict", None)
         if not callable(inner_state):
             msg = (
-                f"ShuffleBuffer cannot save a mid-epoch state: {type(self.dataset).__name__} has no "
-                "state_dict / load_state_dict to resume its stream from. Give it those methods, "
-                "or save at an epoch boundary."
+                f"ShuffleBuffer cannot save a mid-epoch state: {type(self.dataset).__name__} has "
+                "no state_dict / load_state_dict to resume its stream from. Give it those "
+                "methods, or save at an epoch boundary."
             )
             raise TypeError(msg)
         return {

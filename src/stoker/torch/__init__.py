@@ -32,9 +32,9 @@ from stoker._extras import require
 
 require("torch", "stoker.torch")
 
-from stoker.torch import _accelerate  # noqa: E402
-from stoker.torch._loader import DataLoader  # noqa: E402
-from stoker.torch._samplers import BatchSampler, RandomSampler, SequentialSampler  # noqa: E402
+from stoker.torch import _accelerate
+from stoker.torch._loader import DataLoader
+from stoker.torch._samplers import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["BatchSampler", "DataLoader", "RandomSampler", "SequentialSampler"]
 

@@ -63,7 +63,8 @@ def install() -> bool:
         return loader
 
     build_loader.__doc__ = (
-        "Builds a stoker.torch.DataLoader from a stoker loader's arguments, torch's loader otherwise."
+        "Builds a stoker.torch.DataLoader from a stoker loader's arguments, "
+        "torch's loader otherwise."
     )
     build_loader.__wrapped__ = torch_loader  # type: ignore[attr-defined]
     module.DataLoader = build_loader

@@ -45,7 +45,9 @@ class SeededDataPipe(_IterDataPipeSerializationWrapper):
         info = get_worker_info()
         seed = info.seed - info.id if info is not None else self.epoch_seed
         if seed is None:
-            raise AssertionError("the loader sets the datapipe's epoch seed before the epoch starts")
+            raise AssertionError(
+                "the loader sets the datapipe's epoch seed before the epoch starts"
+            )
         graph_settings.apply_random_seed(self._datapipe, torch.Generator().manual_seed(seed))
 
 

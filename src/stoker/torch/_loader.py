@@ -182,9 +182,16 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         drawn = self._seed is None
         seed = super()._base_seed()
         collate = self.collate_fn
-        if drawn and isinstance(collate, TorchCollate) and collate.options.seed is None and self.generator is None:
+        if (
+            drawn
+            and isinstance(collate, TorchCollate)
+            and collate.options.seed is None
+            and self.generator is None
+        ):
             # a loader rebuilt from this one from now on keeps the seed
-            self.collate_fn = dataclasses.replace(collate, options=dataclasses.replace(collate.options, seed=seed))
+            self.collate_fn = dataclasses.replace(
+                collate, options=dataclasses.replace(collate.options, seed=seed)
+            )
         return seed
 
     @property
@@ -233,7 +240,10 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
     @_iterator.setter
     def _iterator(self, value: Any) -> None:
         if value is not None:
-            msg = "stoker.torch.DataLoader keeps its workers itself; only None can be assigned to _iterator"
+            msg = (
+                "stoker.torch.DataLoader keeps its workers itself; only None can be assigned "
+                "to _iterator"
+            )
             raise ValueError(msg)
         self.close()
 

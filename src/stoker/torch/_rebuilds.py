@@ -84,7 +84,9 @@ def _is_auto(value: Any) -> bool:
     return isinstance(value, str) and value == "auto"
 
 
-def take_up(passed: dict[str, Any], defaults: dict[str, Any], carried: StokerOptions) -> dict[str, Any]:
+def take_up(
+    passed: dict[str, Any], defaults: dict[str, Any], carried: StokerOptions
+) -> dict[str, Any]:
     """The stoker options for a loader rebuilt from a :class:`TorchCollate`.
 
     An argument left at its default takes the carried value; an explicit one wins.
@@ -103,4 +105,3 @@ def take_up(passed: dict[str, Any], defaults: dict[str, Any], carried: StokerOpt
         elif passed[name] is defaults[name] or passed[name] == defaults[name]:
             chosen[name] = value
     return chosen
-

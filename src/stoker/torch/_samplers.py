@@ -46,7 +46,8 @@ class RandomSampler(_stoker.RandomSampler, tud.RandomSampler):
     Example:
         >>> import torch
         >>> order = list(RandomSampler(range(5), generator=torch.Generator().manual_seed(0)))
-        >>> order == list(torch.utils.data.RandomSampler(range(5), generator=torch.Generator().manual_seed(0)))
+        >>> order == list(torch.utils.data.RandomSampler(range(5),
+        generator=torch.Generator().manual_seed(0)))
         True
     """
 

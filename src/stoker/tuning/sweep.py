@@ -291,7 +291,11 @@ def sweep(
     prefetch = _int_list("prefetch", tuple(prefetch), 1)
     batches, warmup, batch_size = (
         check_int(name, value, minimum=minimum, message=f"{name} must be an integer >= {minimum}")
-        for name, value, minimum in (("batches", batches, 1), ("warmup", warmup, 0), ("batch_size", batch_size, 1))
+        for name, value, minimum in (
+            ("batches", batches, 1),
+            ("warmup", warmup, 0),
+            ("batch_size", batch_size, 1),
+        )
     )
     settings: list[tuple[int, int | None]] = []
     for w in sorted(set(workers)):

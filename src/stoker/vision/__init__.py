@@ -45,7 +45,7 @@ from stoker.vision.transforms import (
     train_transform,
 )
 
-__all__ = [  # noqa: RUF022 - plain sorted(), which tests/test_public_api.py checks
+__all__ = [
     "CenterCrop",
     "Compose",
     "DecodeImage",

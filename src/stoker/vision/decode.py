@@ -56,9 +56,9 @@ class _TooManyPixels(Exception):
     def __init__(self, height: int, width: int, limit: int) -> None:
         super().__init__(
             f"its header declares {width} x {height} pixels ({width * height:,}), more than the "
-            f"limit of {limit:,} (max_pixels, by default Pillow's PIL.Image.MAX_IMAGE_PIXELS), so it "
-            "was not decoded: it may be a decompression bomb. Raise the limit if the image is "
-            "genuine, or remove the file"
+            f"limit of {limit:,} (max_pixels, by default Pillow's PIL.Image.MAX_IMAGE_PIXELS), "
+            "so it was not decoded: it may be a decompression bomb. Raise the limit if the "
+            "image is genuine, or remove the file"
         )
 
 

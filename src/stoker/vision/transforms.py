@@ -28,7 +28,7 @@ from stoker.vision._resample import check_backend as _check_backend
 from stoker.vision._resample import resize as _resize
 from stoker.vision.decode import SizeHint
 
-__all__ = [  # noqa: RUF022 - plain sorted(), which tests/test_public_api.py checks
+__all__ = [
     "CenterCrop",
     "Compose",
     "HWCToCHW",
@@ -188,9 +188,7 @@ class Resize:
     def __init__(
         self, size: int | tuple[int, int], max_size: int | None = None, *, backend: str = "auto"
     ) -> None:
-        self.shorter = is_int(size) or (
-            isinstance(size, (tuple, list)) and len(size) == 1
-        )
+        self.shorter = is_int(size) or (isinstance(size, (tuple, list)) and len(size) == 1)
         self.size = _pair(size, "Resize")
         if max_size is not None and (
             not self.shorter or not is_int(max_size) or max_size <= self.size[0]

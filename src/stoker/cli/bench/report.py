@@ -79,7 +79,7 @@ def load_note(result: SweepResult) -> str | None:
 def memory_note(result: SweepResult) -> str:
     batch = result.points[0].batch_bytes if result.points else 0
     return (
-        "vs 0 workers = samples/s over that of num_workers=0 (\"-\" when it was not measured); "
+        'vs 0 workers = samples/s over that of num_workers=0 ("-" when it was not measured); '
         "* = the knee, the setting to use. "
         f"est. in flight = one batch ({_size(batch)}) x num_workers x prefetch_factor (one batch "
         "without workers); peak memory = the trainer's peak resident set + the workers' peak "

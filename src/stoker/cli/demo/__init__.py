@@ -1,7 +1,8 @@
-"""``stoker demo``: the classic staged data-loading speed-up, reproduced on a synthetic image dataset.
+"""``stoker demo``: the classic staged data-loading speed-up, on a synthetic image dataset.
 
 A well-known tuning walkthrough takes an image-classification input pipeline through four
-steps and reports the step time after each (0.58 s -> 0.35 s -> 0.26 s -> 0.21 s). This command does the same on
+steps and reports the step time after each (0.58 s -> 0.35 s -> 0.26 s -> 0.21 s). This command does
+the same on
 this machine, with ``torch.utils.data`` beside stoker as the reference:
 
 1. **naive**: a Dataset that opens each JPEG with Pillow, resizes and normalises it in

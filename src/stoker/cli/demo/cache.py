@@ -119,9 +119,7 @@ def _write(
             target = os.path.join(scratch, "images", relative)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             buffer = io.BytesIO()
-            Image.fromarray(_photo(rng, (grid[0], grid[1]))).save(
-                buffer, format="JPEG", quality=90
-            )
+            Image.fromarray(_photo(rng, (grid[0], grid[1]))).save(buffer, format="JPEG", quality=90)
             with open(target, "wb") as f:
                 f.write(buffer.getvalue())
             writer.add((buffer.getvalue(), label), key=relative)
@@ -142,7 +140,9 @@ def _publish(scratch: str, home: str, paths: list[str], name: str) -> None:
                 raise
         if _complete(home, paths):
             return  # another run won the race: use its cache; ours is removed by the caller
-        aside = tempfile.mkdtemp(prefix=f"{_private_prefix(name)}{os.getpid()}-", dir=os.path.dirname(home))
+        aside = tempfile.mkdtemp(
+            prefix=f"{_private_prefix(name)}{os.getpid()}-", dir=os.path.dirname(home)
+        )
         try:
             os.rename(home, os.path.join(aside, "old"))
         except FileNotFoundError:

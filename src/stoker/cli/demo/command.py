@@ -120,7 +120,7 @@ def _libraries(no_torch: bool) -> list[str]:
         return ["stoker"]
     try:
         import torch
-        import torch.utils.data  # noqa: F401
+        import torch.utils.data  # noqa: F401 (only whether it imports)
     except ImportError:
         print(
             "torch is not installed: running stoker alone "

@@ -67,9 +67,7 @@ def result_line(stage: Stage, library: str, timing: Timing, baseline: Timing | N
     return line
 
 
-def table(
-    stages: list[Stage], results: dict[tuple[int, str], Timing], libraries: list[str]
-) -> str:
+def table(stages: list[Stage], results: dict[tuple[int, str], Timing], libraries: list[str]) -> str:
     header = f"{'stage':<52}"
     for library in libraries:
         header += f"  {library + ' ms/step':>15} {'speed-up':>8} {'wait':>5}"
@@ -167,9 +165,7 @@ def save_plot(
         fontsize=10,
     )
     if busy:
-        handles.append(
-            Patch(facecolor="white", edgecolor="red", hatch="//", label="disturbed run")
-        )
+        handles.append(Patch(facecolor="white", edgecolor="red", hatch="//", label="disturbed run"))
     ax.legend(handles=handles, fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     ax.margins(y=0.15)
