@@ -10,8 +10,8 @@ remaining difference.
 
     .venv/bin/python benchmarks/torch_dataloader_suite.py --test-file /path/to/test_dataloader.py
     .venv/bin/python benchmarks/torch_dataloader_suite.py              # downloads it (see below)
-    .venv/bin/python benchmarks/torch_dataloader_suite.py --loaders stoker -k worker_init --json
-    out.json
+    .venv/bin/python benchmarks/torch_dataloader_suite.py --loaders stoker -k worker_init \
+        --json out.json
 
 The test file is not part of this repository. Without ``--test-file`` the version for the
 installed torch (tag ``v<torch version>``) is downloaded from raw.githubusercontent.com

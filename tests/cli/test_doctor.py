@@ -20,12 +20,12 @@ def target_module(tmp_path, monkeypatch):
         from stoker import ArrayDataset
 
         rng = np.random.default_rng(0)
-        clean = ArrayDataset(rng.standard_normal((40, 3, 8, 8)).astype(np.float32), np.arange(40) %
-        2)
+        images = rng.standard_normal((40, 3, 8, 8)).astype(np.float32)
+        clean = ArrayDataset(images, np.arange(40) % 2)
 
         def make_raw():
-            return ArrayDataset(rng.random((40, 3, 8, 8)).astype(np.float32) * 255, np.arange(40) %
-            2)
+            images = rng.random((40, 3, 8, 8)).astype(np.float32) * 255
+            return ArrayDataset(images, np.arange(40) % 2)
 
         class WithNaN:
             def __len__(self):

@@ -321,7 +321,7 @@ from engine.engine_datasets import Samples
 from stoker import DataLoader
 
 loader = DataLoader(Samples(12, width=8192), batch_size=4, num_workers=1, prefetch_factor=1,
-timeout=30)
+                    timeout=30)
 it = iter(loader)
 it.start()  # the worker runs; its first 256 KiB batch will come through a one-off segment
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -368,7 +368,7 @@ from stoker import DataLoader
 
 warnings.simplefilter("always")
 loader = DataLoader(Samples(16, width=8192), batch_size=4, num_workers=1, prefetch_factor=1,
-timeout=30)
+                    timeout=30)
 it = iter(loader)
 batches = [next(it)]  # the slot pool exists now, with one slot
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -411,8 +411,8 @@ from engine.engine_datasets import Samples
 from stoker import DataLoader
 
 warnings.simplefilter("always")
-loader = DataLoader(Samples(24, width=32768), batch_size=4, num_workers=2, timeout=60)  # 1 MiB
-batches
+# 1 MiB batches
+loader = DataLoader(Samples(24, width=32768), batch_size=4, num_workers=2, timeout=60)
 it = iter(loader)
 batches = [next(it)]
 fd = os.open("/dev/shm/filler", os.O_CREAT | os.O_WRONLY)
@@ -472,8 +472,8 @@ first = next(it)
 while 1 not in loader._pool.pids:  # worker 1 has said it is ready
     next(it)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))  # no pipe for
-a new worker
+# no pipe for a new worker
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))
 os.kill(loader._pool.pids[1], signal.SIGKILL)
 try:
     list(it)

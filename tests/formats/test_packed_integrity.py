@@ -232,8 +232,8 @@ def test_an_index_that_is_a_device_or_an_absolute_path_is_refused_before_reading
     script = textwrap.dedent(
         f"""
         import resource
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # reading /dev/zero would never
-        end
+        # reading /dev/zero would never end
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
         from stoker.formats.packed import PackedDataset
         try:
             PackedDataset({path!r})

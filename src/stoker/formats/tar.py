@@ -22,8 +22,9 @@ Example:
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
     >>> samples = [{"__key__": f"{i:04d}", "cls": i % 2, "txt": f"sample {i}"} for i in range(5)]
-    >>> paths = write_tar_shards(samples, os.path.join(folder, "shard-%03d.tar"),
-    max_samples_per_shard=2)
+    >>> paths = write_tar_shards(
+    ...     samples, os.path.join(folder, "shard-%03d.tar"), max_samples_per_shard=2
+    ... )
     >>> [os.path.basename(p) for p in paths]
     ['shard-000.tar', 'shard-001.tar', 'shard-002.tar']
     >>> [(s["__key__"], s["cls"], s["txt"]) for s in TarShards(paths, decode=True)][:2]

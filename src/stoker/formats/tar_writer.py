@@ -116,8 +116,8 @@ def write_tar_shards(
     Example:
         >>> import os, tempfile
         >>> pattern = os.path.join(tempfile.mkdtemp(), "part-{:02d}.tar")
-        >>> [os.path.basename(p) for p in write_tar_shards([{"txt": "hi"}] * 3, pattern,
-        max_samples_per_shard=2)]
+        >>> paths = write_tar_shards([{"txt": "hi"}] * 3, pattern, max_samples_per_shard=2)
+        >>> [os.path.basename(p) for p in paths]
         ['part-00.tar', 'part-01.tar']
     """
     pattern = os.fspath(dst_pattern)

@@ -46,8 +46,10 @@ class RandomSampler(_stoker.RandomSampler, tud.RandomSampler):
     Example:
         >>> import torch
         >>> order = list(RandomSampler(range(5), generator=torch.Generator().manual_seed(0)))
-        >>> order == list(torch.utils.data.RandomSampler(range(5),
-        generator=torch.Generator().manual_seed(0)))
+        >>> reference = torch.utils.data.RandomSampler(
+        ...     range(5), generator=torch.Generator().manual_seed(0)
+        ... )
+        >>> order == list(reference)
         True
     """
 
