@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).parent
 
@@ -33,13 +36,29 @@ def test_import_stoker_does_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+# Tests of code that never looks for torch run once, in the main suite, to keep the suite's
+# time: process lifecycle and faults (signals, dead workers, exit), object storage, the
+# command line's exit codes, pipes and help pages, the demo (it needs torch), lint, layout.
+_SAME_WITH_OR_WITHOUT_TORCH = re.compile(
+    r"storage/|frameworks/|cli/test_(manners|demo|demo_cache|extras)\.py"
+    r"|engine/test_engine_(faults|lifecycle|trainer_exit)\.py"
+    r"|test_(lint|layout|user_words)\.py"
+)
+
+
+@pytest.mark.timeout(900)  # the core suite again, in a process of its own
 def test_core_suite_passes_with_torch_hidden(tmp_path: Path) -> None:
     env = _env_without_torch(tmp_path)
     probe = subprocess.run(
         [sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True
     )
     assert "hidden by the no-torch test" in probe.stderr
-    core = sorted(str(p) for p in TESTS.rglob("test_*.py") if p.name != Path(__file__).name)
+    core = sorted(
+        str(p)
+        for p in TESTS.rglob("test_*.py")
+        if p.name != Path(__file__).name
+        and not _SAME_WITH_OR_WITHOUT_TORCH.match(p.relative_to(TESTS).as_posix())
+    )
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *core],
         env=env,
