@@ -28,6 +28,8 @@ import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "children",
     "is_container",
@@ -43,6 +45,8 @@ Path = tuple[Any, ...]
 
 # Sequences of characters, bytes or numbers: one value each, never walked into.
 _LEAF_SEQUENCES = (str, bytes, bytearray, memoryview, range)
+_PLAIN_CONTAINERS = frozenset((list, tuple, dict))
+_PLAIN_LEAVES = frozenset((np.ndarray, int, float, bool, str, bytes, type(None)))
 
 
 def is_namedtuple(data: Any) -> bool:
@@ -57,6 +61,11 @@ def is_container(data: Any) -> bool:
         >>> is_container({"a": 1}), is_container((1, 2)), is_container("ab"), is_container(3)
         (True, True, False, False)
     """
+    kind = type(data)
+    if kind in _PLAIN_CONTAINERS:  # the usual batch: exact types first, ABC checks are slow
+        return True
+    if kind in _PLAIN_LEAVES:
+        return False
     if isinstance(data, Mapping):
         return True
     return isinstance(data, Sequence) and not isinstance(data, _LEAF_SEQUENCES)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import mmap
 import os
 import secrets
@@ -52,6 +53,7 @@ SEGMENT_PREFIX = "stoker-"
 _SHM_DIR = "/dev/shm"
 
 
+@functools.cache
 def shm_available() -> bool:
     """True where POSIX shared memory lives in ``/dev/shm`` (Linux)."""
     return _posixshmem is not None and os.path.isdir(_SHM_DIR)
