@@ -1,18 +1,28 @@
 """Helpers for the framework tests: the environment of a job, and running one under torchrun.
 
 Multi-process jobs run under a real ``torchrun`` (gloo on CPU, every address on
-127.0.0.1); the assertions run in the test process on the JSON each rank writes.
+127.0.0.1); the assertions run in the test process on the JSON each rank writes. A job
+that does not finish in time fails with every one of its processes' Python stacks
+(faulthandler, woken by SIGABRT), never with a bare timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-_TIMEOUT_S = 300
+import pytest
+
+from stoker._proc import descendants
+
+_TIMEOUT_S = 120
+_DUMP_WAIT_S = 3.0
 
 
 def framework_env() -> dict[str, str]:
@@ -23,9 +33,53 @@ def framework_env() -> dict[str, str]:
     env["OMP_NUM_THREADS"] = "1"
     env["MASTER_ADDR"] = "127.0.0.1"
     env["GLOO_SOCKET_IFNAME"] = "lo"
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT prints every thread's stack (see run_job)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
         env.pop(name, None)
     return env
+
+
+def run_job(
+    command: list[str], env: dict[str, str], *, cwd: Path | None = None, timeout: float = _TIMEOUT_S
+) -> str:
+    """Runs ``command``; returns its stdout, or fails with what it printed and its stacks.
+
+    On a timeout every process of the job is sent SIGABRT first, so that faulthandler
+    (``PYTHONFAULTHANDLER=1``) writes each one's Python stacks to the captured stderr,
+    then SIGKILL; nothing of the job outlives the call.
+    """
+    env = {**env, "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(
+        command,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as job:
+        try:
+            out, err = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            tree = [job.pid, *descendants(job.pid)]
+            _signal_all(tree, signal.SIGABRT)
+            time.sleep(_DUMP_WAIT_S)
+            _signal_all([*tree, *descendants(job.pid)], signal.SIGKILL)
+            out, err = job.communicate()
+            pytest.fail(
+                f"{' '.join(command[:6])} ... did not finish in {timeout:.0f} s; "
+                f"its processes {tree} were sent SIGABRT for their stacks, then killed.\n"
+                f"stdout:\n{out[-3000:]}\nstderr:\n{err[-30000:]}"
+            )
+    if job.returncode != 0:
+        pytest.fail(f"the job exited with {job.returncode}:\n{out[-3000:]}\n{err[-8000:]}")
+    return out
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def run_ranks(script: Path, out_dir: Path, *args: str, nproc: int = 2) -> list[dict]:
@@ -35,10 +89,7 @@ def run_ranks(script: Path, out_dir: Path, *args: str, nproc: int = 2) -> list[d
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1", "--standalone", str(script), str(out_dir), *args,
     ]  # fmt: skip
-    done = subprocess.run(
-        command, env=framework_env(), capture_output=True, text=True, timeout=_TIMEOUT_S
-    )
-    assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-8000:]}"
+    run_job(command, framework_env())
     return [
         json.loads((out_dir / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(nproc)
     ]

@@ -8,7 +8,6 @@ Each test runs the same Lightning code with torch's loader and with stoker's and
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import warnings
 
@@ -24,7 +23,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint
 
 import stoker.torch
 from frameworks import lightning_job as job
-from frameworks.framework_harness import framework_env
+from frameworks.framework_harness import framework_env, run_job
 
 pytestmark = [
     # Lightning's advice about worker counts, logging and dataloader sizes is not the subject here
@@ -34,7 +33,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*GPU available.*"),
 ]
 KINDS = ("stoker", "torch")
-_TIMEOUT_S = 300
 
 
 def trainer(**options) -> L.Trainer:
@@ -64,15 +62,7 @@ def ddp(request, tmp_path_factory) -> dict[str, list[dict]]:
         out = tmp / kind
         out.mkdir()
         command = [sys.executable, job.__file__, str(out), kind, strategy, source]
-        done = subprocess.run(
-            command,
-            env=framework_env(),
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT_S,
-        )
-        assert done.returncode == 0, f"{kind}: {done.stdout[-3000:]}\n{done.stderr[-8000:]}"
+        run_job(command, framework_env(), cwd=tmp)
         runs[kind] = [
             json.loads((out / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(2)
         ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,10 +16,10 @@ import pytest
 pytest.importorskip("torch", reason="the job runs under torch.distributed's torchrun")
 
 import stoker
+from frameworks.framework_harness import run_job
 
 N = 23  # torchrun_job.N
 JOB = Path(__file__).with_name("torchrun_job.py")
-_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +42,7 @@ def job(tmp_path_factory) -> dict:
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
         str(JOB), str(out), *files,
     ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=_TIMEOUT_S)
-    assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    run_job(command, env)
     result = json.loads(out.read_text(encoding="utf-8"))
     result["all_lines"] = lines
     return result
