@@ -24,7 +24,7 @@ from stoker.engine.autotune import cpu_budget
 
 __all__ = ["Arguments", "check_arguments", "warn_excessive_workers"]
 
-WORKER_MODES = ("process", "thread")
+WORKER_MODES = ("process", "thread", "auto")
 ON_WORKER_DEATH = ("raise", "restart")
 ON_ERROR = ("raise", "skip")
 

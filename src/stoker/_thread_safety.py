@@ -17,7 +17,7 @@ import warnings
 import zipfile
 from typing import Any
 
-__all__ = ["shared_handles", "warn_shared_handles"]
+__all__ = ["is_thread_safe", "shared_handles", "warn_shared_handles"]
 
 _MAX_DEPTH = 3
 _MAX_OBJECTS = 2000  # a dataset with a million attributes is not scanned whole at start-up
@@ -27,6 +27,20 @@ _STATEFUL_NAMES = {
     ("h5py._hl.dataset", "Dataset"),
     ("lmdb", "Transaction"),
 }
+
+
+def is_thread_safe(obj: Any) -> bool:
+    """Whether ``obj`` (a dataset, transform or collate function) declares itself thread-safe.
+
+    Only ``thread_safe = True`` counts (a class attribute or a property): stoker's own
+    datasets and transforms declare it where it holds, and a user's dataset declares it
+    when several threads may call its ``__getitem__`` at once. ``worker_mode="auto"``
+    runs threads only for what declares it; anything else gets processes.
+    """
+    try:
+        return getattr(obj, "thread_safe", False) is True
+    except Exception:  # a property that fails answers no
+        return False
 
 
 def _is_stateful_handle(value: Any) -> bool:
@@ -66,7 +80,7 @@ def shared_handles(dataset: Any) -> list[str]:
 
 def warn_shared_handles(dataset: Any, num_workers: int, *, stacklevel: int = 3) -> None:
     """Warns when thread workers would share an open file handle of ``dataset``."""
-    if num_workers < 2 or getattr(dataset, "thread_safe", False) is True:
+    if num_workers < 2 or is_thread_safe(dataset):
         return
     handles = shared_handles(dataset)
     if not handles:

@@ -32,6 +32,7 @@ import numpy as np
 from stoker._errors import DatasetError
 from stoker._index import normalize_index, normalize_indices
 from stoker._stacked import StackedSamples
+from stoker._thread_safety import is_thread_safe
 from stoker.seeding import _derive_rng, _is_torch_generator
 
 __all__ = [
@@ -206,6 +207,11 @@ class ArrayDataset(Dataset[tuple[Any, ...]]):
                 raise DatasetError(msg)
         self.arrays: tuple[Any, ...] = arrays
 
+    @property
+    def thread_safe(self) -> bool:
+        """Rows are read, never written: threads may fetch at once (see worker_mode)."""
+        return _fetches_as(self, ArrayDataset)
+
     def __len__(self) -> int:
         return int(self.arrays[0].shape[0])
 
@@ -231,6 +237,15 @@ class ArrayDataset(Dataset[tuple[Any, ...]]):
     def __repr__(self) -> str:
         shapes = ", ".join(str(tuple(a.shape)) for a in self.arrays)
         return f"ArrayDataset(len={len(self)}, shapes=[{shapes}])"
+
+
+def _fetches_as(dataset: Any, base: type) -> bool:
+    """Whether ``dataset`` fetches with ``base``'s own methods (a subclass may add state)."""
+    kind = type(dataset)
+    return all(
+        getattr(kind, name, None) is getattr(base, name, None)
+        for name in ("__getitem__", "__getitems__")
+    )
 
 
 def _sized_len(dataset: Any, what: str) -> int:
@@ -301,6 +316,11 @@ class ConcatDataset(Dataset[_T_co]):
 
     def __len__(self) -> int:
         return self.cumulative_sizes[-1]
+
+    @property
+    def thread_safe(self) -> bool:
+        """Thread-safe when every member declares it (see worker_mode)."""
+        return _fetches_as(self, ConcatDataset) and all(map(is_thread_safe, self.datasets))
 
     def _locate(self, i: int) -> tuple[int, int]:
         k = bisect.bisect_right(self.cumulative_sizes, i)
@@ -437,6 +457,11 @@ class Subset(Dataset[_T_co]):
 
     def __len__(self) -> int:
         return len(self.indices)
+
+    @property
+    def thread_safe(self) -> bool:
+        """Thread-safe when the dataset it selects from declares it (see worker_mode)."""
+        return _fetches_as(self, Subset) and is_thread_safe(self.dataset)
 
     def __repr__(self) -> str:
         return f"Subset(len={len(self)}, dataset={type(self.dataset).__name__})"

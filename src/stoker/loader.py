@@ -27,12 +27,13 @@ from stoker._resume import (
     mid_epoch_state,
     skip_batches,
 )
-from stoker._thread_safety import warn_shared_handles
+from stoker._thread_safety import is_thread_safe, warn_shared_handles
 from stoker._validate import check_int
 from stoker.bad_samples import ErrorReport
 from stoker.collate import default_collate, default_convert
 from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
 from stoker.engine.messages import WorkerSpec
+from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.multi_worker import MultiWorkerIterator
 from stoker.engine.plan import EpochHooks, EpochPlan
 from stoker.engine.pool import PoolState, WorkerPool
@@ -89,7 +90,11 @@ class DataLoader(Generic[T]):
         persistent_workers: keep workers alive between epochs.
         pin_memory_device: accepted for compatibility; the current accelerator is used.
         in_order: deliver batches in sampler order (``False``: as soon as ready).
-        worker_mode: ``"process"`` (default) or ``"thread"`` workers.
+        worker_mode: ``"process"`` (default), ``"thread"`` or ``"auto"`` workers.
+            ``"auto"`` (recommended) measures threads against processes while the
+            first epoch runs and keeps the faster, for a map-style dataset (and
+            transforms and collate_fn) that declares ``thread_safe = True`` and no
+            ``worker_init_fn``; anything else gets processes. See docs/worker-modes.md.
         on_worker_death: ``"raise"`` (default) or ``"restart"`` a worker that died
             and re-issue its batches.
         copy_batches: copy each batch out of shared memory before returning it. By
@@ -238,6 +243,8 @@ class DataLoader(Generic[T]):
         self.compact_dataset = args.compact_dataset
         self._copy_on_read_checked = False
         self._autotune_flags = (args.tune_workers, args.tune_prefetch)
+        self._mode_trial: ModeTrial | None = None
+        self._auto_refused: str | None = None  # worker_mode="auto" without a trial: why
         self._epoch = 0
         self._left_epoch: int | None = (
             None  # the epoch sampler's epoch as the last __iter__ left it
@@ -363,10 +370,12 @@ class DataLoader(Generic[T]):
             and self._pool.state is PoolState.RUNNING
         )
         progress, index_iter, first_position = self._start_epoch(new_pool=not reuse_pool)
+        trial = self._worker_mode_trial()
         hooks = EpochHooks(
             deliver=self._deliver,
             record_bad_samples=self._bad_samples.record if self._bad_samples is not None else None,
             workers_changed=self._workers_changed,
+            replace_pool=self._replace_pool if trial is not None else None,
         )
         if self.num_workers == 0:
             return SingleProcessIterator(
@@ -393,7 +402,52 @@ class DataLoader(Generic[T]):
             first_position=first_position,
             stats=self._stats,
             autotuner=self._autotuner,
+            mode_trial=trial,
         )
+
+    def _worker_mode_trial(self) -> ModeTrial | None:
+        """worker_mode="auto": the measurement of threads against processes, while it runs."""
+        if self.worker_mode != "auto" or self.num_workers == 0:
+            return None
+        if self._mode_trial is None and self._auto_refused is None:
+            self._auto_refused = self._threads_refused()
+            if not self._auto_refused:
+                self._mode_trial = ModeTrial()
+        trial = self._mode_trial
+        return trial if trial is not None and trial.chosen is None else None
+
+    def _threads_refused(self) -> str:
+        """Why worker_mode="auto" may not run threads here ("" when it may)."""
+        if self._iterable:
+            return "an IterableDataset's streams are split by worker process"
+        if self.worker_init_fn is not None:
+            return "worker_init_fn may set up per-process state"
+        if not is_thread_safe(self.dataset):
+            return f"{type(self.dataset).__name__} does not declare thread_safe = True"
+        collate = self._engine_collate
+        if collate not in (default_collate, default_convert) and not is_thread_safe(collate):
+            return "collate_fn does not declare thread_safe = True"
+        return ""
+
+    def _worker_kind(self) -> str:
+        """The kind of workers a new pool gets: worker_mode, or what "auto" runs now."""
+        if self.worker_mode != "auto":
+            return self.worker_mode
+        if self._mode_trial is not None:
+            return self._mode_trial.chosen or self._mode_trial.current
+        return "process"
+
+    def _replace_pool(self, kind: str) -> WorkerPool:
+        """worker_mode="auto" switches kinds mid-epoch: a new pool; a persistent old one stops."""
+        pool = self._new_pool(kind)
+        if self.persistent_workers:
+            if self._pool_finalizer is not None:
+                self._pool_finalizer()
+            self._pool = pool
+            self._pool_finalizer = weakref.finalize(self, pool.shutdown)
+        else:
+            self._live_pool = weakref.ref(pool)
+        return pool
 
     def _epoch_plan(self) -> EpochPlan:
         """How the engine runs this epoch; fixed when it starts."""
@@ -595,7 +649,18 @@ class DataLoader(Generic[T]):
         in_flight = pool.slots.nbytes if (pool is not None and pool.slots is not None) else 0
         tuner = self.__dict__.get("_autotuner")
         pids = dict(pool.pids) if (pool is not None and pool.mode == "process") else None
-        return self._stats.snapshot(in_flight, tuner.history if tuner is not None else None, pids)
+        history = [*(tuner.history if tuner is not None else ()), *self._mode_history()]
+        out = self._stats.snapshot(in_flight, history, pids)
+        out.worker_mode = pool.mode if pool is not None else ""
+        return out
+
+    def _mode_history(self) -> list[str]:
+        """What worker_mode="auto" measured and chose, for stats()."""
+        if self._mode_trial is not None:
+            return list(self._mode_trial.history)
+        if self._auto_refused:
+            return [f"worker_mode auto: processes, since {self._auto_refused}"]
+        return []
 
     def error_report(self) -> ErrorReport:
         """Every sample skipped so far under ``on_error="skip"`` (empty otherwise).
@@ -647,13 +712,12 @@ class DataLoader(Generic[T]):
         """What every worker of a new pool runs first (stoker.torch adds datapipe sharding)."""
         return self.worker_init_fn
 
-    def _new_pool(self) -> WorkerPool:
-        if self.worker_mode == "process" and not self._copy_on_read_checked:
+    def _new_pool(self, kind: str | None = None) -> WorkerPool:
+        kind = kind or self._worker_kind()
+        if kind == "process" and not self._copy_on_read_checked:
             self._copy_on_read_checked = True
             self._check_copy_on_read()
-        return WorkerPool(
-            self._worker_spec(), self.num_workers, self.worker_mode, self.multiprocessing_context
-        )
+        return WorkerPool(self._worker_spec(), self.num_workers, kind, self.multiprocessing_context)
 
     def _check_copy_on_read(self) -> None:
         """Warns about (or compacts) dataset attributes each process worker would copy."""

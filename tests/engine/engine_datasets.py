@@ -613,3 +613,31 @@ class NestedLoader:
         from stoker import DataLoader
 
         return sum(int(b.sum()) for b in DataLoader(list(range(4)), batch_size=2, num_workers=1))
+
+
+class ThreadSafeDraws:
+    """Declares ``thread_safe = True``; sample ``i``: ``(i, pid, global numpy draw, data)``.
+
+    The draw comes from numpy's module-level generator, which stoker serves per sample,
+    so the draws do not depend on which worker, thread or process loaded the sample.
+    ``spin_s``: seconds of pure Python per sample (holds the GIL all along).
+    """
+
+    thread_safe = True
+
+    def __init__(self, n: int, width: int = 3, spin_s: float = 0.0) -> None:
+        self.n = n
+        self.width = width
+        self.spin_s = spin_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, int, int, np.ndarray]:
+        if not 0 <= i < self.n:
+            raise IndexError(f"index {i} out of range for {self.n} samples")
+        if self.spin_s:
+            deadline = time.perf_counter() + self.spin_s
+            while time.perf_counter() < deadline:
+                pass
+        return i, os.getpid(), int(np.random.randint(0, 2**30)), np.full(self.width, i, np.float32)

@@ -35,6 +35,7 @@ from stoker._tree import map_leaves
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner
 from stoker.engine.fetch import summary
+from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.messages import (
     Done,
     Exhausted,
@@ -86,6 +87,7 @@ class MultiWorkerIterator:
         first_position: the place in the epoch of that batch's first sample.
         stats: where stage times go (``loader.stats()``).
         autotuner: grows workers and prefetch while running (``"auto"``), or None.
+        mode_trial: measures threads against processes (``worker_mode="auto"``), or None.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class MultiWorkerIterator:
         first_position: int,
         stats: StatsRecorder,
         autotuner: AutoTuner | None,
+        mode_trial: ModeTrial | None = None,
     ) -> None:
         self._plan = plan
         self._hooks = hooks
@@ -122,29 +125,54 @@ class MultiWorkerIterator:
         self._record_bad_samples = hooks.record_bad_samples
         self._recorder = stats
         self._autotune = autotuner
+        self._trial = mode_trial if hooks.replace_pool is not None else None
+        self._switch_to: str | None = None  # worker_mode="auto": the kind to swap to, once drained
         self._memory_budget = plan.memory_budget
+        self._first_task = self._next_yield = pool.ledger.next_task
+        self._ready: dict[int, Any] = {}
+        self._places: dict[int, int] = {}  # task id -> the batch's place in the epoch
+        self._in_flight = 0  # this epoch's tasks sent and not yet answered
+        self._rotation = progress.next_worker  # a resumed stream goes on with the next worker
+        self._stream_states: dict[int, tuple[int, Any]] = {}  # task id -> (worker, state after)
+        self._sources_done = False
+        self._finalizer: weakref.finalize | None = None
+        if self._trial is not None:
+            self._trial.restart_window()
+        self._use_pool(pool)
+
+    def _use_pool(self, pool: WorkerPool) -> None:
+        """Takes ``pool`` as this epoch's workers: tells them the epoch, gives them work."""
+        self._pool = pool
         ledger = pool.ledger
         ledger.generation += 1
         self._ledger = ledger
         self._generation = ledger.generation
-        self._first_task = self._next_yield = ledger.next_task
-        self._ready: dict[int, Any] = {}
-        self._places: dict[int, int] = {}  # task id -> the batch's place in the epoch
         self._active = [True] * pool.num_workers
         # map-style: workers not given a task yet this epoch; the first tasks go one to
         # each, as torch's round-robin sends them (a dataset whose workers meet at a
         # barrier relies on it), even when a worker answers before the others start
         self._unserved = set(range(pool.num_workers))
         self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
-        self._in_flight = 0  # this epoch's tasks sent and not yet answered
-        self._rotation = progress.next_worker  # a resumed stream goes on with the next worker
-        self._stream_states: dict[int, tuple[int, Any]] = {}  # task id -> (worker, state after)
-        self._sources_done = False
-        self._finalizer = weakref.finalize(self, pool.shutdown) if owns_pool else None
+        if self._owns_pool:
+            self._finalizer = weakref.finalize(self, pool.shutdown)
         for worker_id in range(pool.num_workers):
             if pool.is_started(worker_id):
                 pool.send(worker_id, self._start_epoch(worker_id))
         self._dispatch()
+
+    def _swap_pool(self) -> None:
+        """worker_mode="auto": every task of the old pool answered, the new kind takes over."""
+        kind, self._switch_to = self._switch_to, None
+        assert kind is not None and self._hooks.replace_pool is not None
+        if self._finalizer is not None:
+            self._finalizer()  # the old pool, owned by this epoch: stopped
+        next_task = self._ledger.next_task
+        pool = self._hooks.replace_pool(kind)  # a persistent old pool is stopped by the loader
+        pool.ledger.next_task = max(pool.ledger.next_task, next_task)
+        self._recorder.stats.num_workers = pool.num_workers
+        if self._trial is not None:
+            self._trial.switched(kind)
+        self._use_pool(pool)
 
     def _start_epoch(self, worker_id: int) -> StartEpoch:
         state = self._progress.resume_streams.get(worker_id)
@@ -218,6 +246,8 @@ class MultiWorkerIterator:
             self._pool.memory_watch.check(self._pool.pids, self._recorder.stats.batches)
         if self._autotune is not None:
             self._autotune.batch_delivered(waited, self)
+        if self._trial is not None and self._switch_to is None and not self._iterable:
+            self._switch_to = self._trial.batch_delivered(time.perf_counter())
         return self._deliver(item)
 
     def _take_ready(self) -> tuple[int, Any]:
@@ -245,6 +275,11 @@ class MultiWorkerIterator:
 
     # -- dispatch ----------------------------------------------------------------
     def _dispatch(self) -> None:
+        if self._switch_to is not None:  # worker_mode="auto": drain the old pool, then swap
+            if self._in_flight or self._sources_done:
+                return
+            self._swap_pool()
+            return
         ledger, pool = self._ledger, self._pool
         budget = self._dispatch_budget()
         while not self._sources_done:

@@ -39,3 +39,6 @@ class EpochHooks:
     deliver: Callable[[Any], Any]  # the last step before a batch reaches the user (tensors)
     record_bad_samples: Callable[[int, tuple[Any, ...]], None] | None  # on_error="skip"
     workers_changed: Callable[[int, int], None]  # autotuning changed (num_workers, prefetch)
+    # worker_mode="auto": a drained pool is swapped for a new one of the kind given ("thread"
+    # or "process"); the loader makes it, owns it if persistent, and stops the old one
+    replace_pool: Callable[[str], Any] | None = None

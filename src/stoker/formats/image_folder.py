@@ -36,6 +36,7 @@ import numpy as np
 
 from stoker._errors import DatasetError
 from stoker._index import normalize_index
+from stoker._thread_safety import is_thread_safe
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
 from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
@@ -250,6 +251,15 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
 
     def _check_index(self, index: Any) -> int:
         return normalize_index(index, len(self._targets), "ImageFolder")
+
+    @property
+    def thread_safe(self) -> bool:
+        """Each read opens its file: thread-safe when the transforms are (see worker_mode)."""
+        return (
+            type(self).__getitem__ is ImageFolder.__getitem__
+            and (self.transform is None or is_thread_safe(self.transform))
+            and (self.target_transform is None or is_thread_safe(self.target_transform))
+        )
 
     def __repr__(self) -> str:
         return (

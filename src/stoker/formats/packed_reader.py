@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from stoker._index import normalize_index, normalize_indices
+from stoker._thread_safety import is_thread_safe
 from stoker.datasets import Dataset
 from stoker.formats._packed_checks import check_data_file, check_index, load_npy, map_payload
 from stoker.formats._packed_manifest import read_manifest
@@ -202,6 +203,16 @@ class PackedDataset(Dataset[Any]):
 
     def __len__(self) -> int:
         return int(self._open().starts[-1])
+
+    @property
+    def thread_safe(self) -> bool:
+        """Reads are views of read-only maps: thread-safe when the transform is (see worker_mode)."""
+        kind = type(self)
+        return (
+            kind.__getitem__ is PackedDataset.__getitem__
+            and kind.__getitems__ is PackedDataset.__getitems__
+            and (self.transform is None or is_thread_safe(self.transform))
+        )
 
     @property
     def manifest(self) -> dict[str, Any]:

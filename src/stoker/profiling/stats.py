@@ -57,6 +57,7 @@ class LoaderStats:
     transport_s: float = 0.0
     wait_s: float = 0.0
     num_workers: int = 0
+    worker_mode: str = ""  # the kind of the running workers: "process", "thread" ("" if none)
     worker_busy_s: dict[int, float] = field(default_factory=dict)
     worker_idle_s: float = 0.0  # all workers' time waiting for a task (autotuning reads it)
     memory: dict[str, ProcessMemory] = field(default_factory=dict)  # "trainer", "worker 0", ...

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stoker._extras import require
+from stoker._thread_safety import is_thread_safe
 from stoker._validate import check_choice
 from stoker.vision.decode import (
     PILLOW_LIMIT,
@@ -157,6 +158,11 @@ class DecodeImage:
         self.decode = decode
         self.rgb = bool(rgb)
         self.size_hint = size_hint
+
+    @property
+    def thread_safe(self) -> bool:
+        """Decoding keeps no state: thread-safe when ``transform`` is (see worker_mode)."""
+        return self.transform is None or is_thread_safe(self.transform)
 
     def __call__(self, record: Any) -> Any:
         if isinstance(record, (bytes, bytearray, memoryview)) and self.field is None:

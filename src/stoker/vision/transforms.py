@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from stoker._validate import is_int
+from stoker._thread_safety import is_thread_safe
 from stoker.seeding import sample_rng
 from stoker.vision._resample import check_backend as _check_backend
 from stoker.vision._resample import resize as _resize
@@ -150,6 +151,11 @@ class Compose:
     def __iter__(self) -> Iterator[Callable[[Any], Any]]:
         return iter(self.transforms)
 
+    @property
+    def thread_safe(self) -> bool:
+        """Thread-safe when every step declares it (see worker_mode)."""
+        return all(map(is_thread_safe, self.transforms))
+
     def __len__(self) -> int:
         return len(self.transforms)
 
@@ -184,6 +190,8 @@ class Resize:
         >>> Resize(4)(np.zeros((8, 16, 3), np.uint8)).shape
         (4, 8, 3)
     """
+
+    thread_safe = True  # no state between calls; draws come from the sample's generator
 
     def __init__(
         self, size: int | tuple[int, int], max_size: int | None = None, *, backend: str = "auto"
@@ -237,6 +245,8 @@ class CenterCrop:
                [16, 17, 18]])
     """
 
+    thread_safe = True  # no state between calls; draws come from the sample's generator
+
     def __init__(self, size: int | tuple[int, int]) -> None:
         self.size = _pair(size, "CenterCrop")
 
@@ -276,6 +286,8 @@ class RandomResizedCrop:
         >>> RandomResizedCrop(32)(np.zeros((100, 80, 3), np.uint8)).shape
         (32, 32, 3)
     """
+
+    thread_safe = True  # no state between calls; draws come from the sample's generator
 
     def __init__(
         self,
@@ -349,6 +361,8 @@ class RandomHorizontalFlip:
         array([[3, 2, 1]])
     """
 
+    thread_safe = True  # no state between calls; draws come from the sample's generator
+
     keeps_size = True
 
     def __init__(self, p: float = 0.5) -> None:
@@ -384,6 +398,8 @@ class Normalize:
         >>> Normalize(mean=(0.5,), std=(0.5,))(np.array([[[0], [255]]], np.uint8)).ravel()
         array([-1.,  1.], dtype=float32)
     """
+
+    thread_safe = True  # no state between calls; draws come from the sample's generator
 
     keeps_size = True
 
@@ -444,6 +460,8 @@ class ToCHW:
         >>> ToCHW()(np.zeros((4, 5, 3))).shape
         (3, 4, 5)
     """
+
+    thread_safe = True  # no state between calls; draws come from the sample's generator
 
     keeps_size = True
 

@@ -1,0 +1,106 @@
+"""``worker_mode="auto"``: threads or processes, chosen by measuring both on the real epoch.
+
+Thread workers cost nothing to start and hand batches over without a copy or a message,
+but they share one interpreter: work that holds the GIL (Python code per sample) runs
+one thread at a time and slows the training loop too. Process workers run in parallel
+whatever the work, and pay for it with a start-up, a copy into shared memory and a
+message per batch. Which one wins depends on the dataset, the batch and the machine, so
+the loader measures instead of guessing:
+
+1. It starts in threads (the first batch comes as soon as one batch is loaded).
+2. After a warm-up of ``warmup`` batches it measures the delivered batches/s over a
+   window (at least ``min_batches`` batches and ``min_s`` seconds): what the training
+   loop receives, its own time between ``next()`` calls included, so threads that slow
+   the loop by holding the GIL are measured as slower.
+3. It lets the batches in flight arrive, switches to processes and measures again.
+4. It keeps processes when they delivered at least ``margin`` times the threads' rate,
+   and goes back to threads otherwise. The choice then holds for the loader's life.
+
+Switching never changes a batch: every sample draws from its own generator (see
+:mod:`stoker.seeding`), so threads and processes load the same batches, and the epoch
+goes on with the next batch of the sampler's order. The loader runs threads only for
+what declares ``thread_safe = True`` (stoker's own datasets and transforms do), see
+:func:`stoker._thread_safety.is_thread_safe`; anything else gets processes, unmeasured.
+
+Example:
+    >>> trial = ModeTrial(warmup=1, min_batches=2, min_s=0.0)
+    >>> [trial.batch_delivered(t) for t in (0.0, 1.0, 2.0)]  # threads: 1 batch/s
+    [None, None, 'process']
+    >>> trial.switched("process")
+    >>> [trial.batch_delivered(t) for t in (10.0, 10.5, 11.0)]  # processes: 2 batches/s
+    [None, None, None]
+    >>> trial.chosen, trial.history[-1]
+    ('process', 'worker_mode auto: threads 1.0 batches/s, processes 2.0 batches/s: processes')
+"""
+
+from __future__ import annotations
+
+__all__ = ["ModeTrial"]
+
+_KINDS = ("thread", "process")
+_PLURAL = {"thread": "threads", "process": "processes"}
+
+
+class ModeTrial:
+    """Measures delivered batches/s in thread and then process workers, and keeps the faster.
+
+    Args:
+        warmup: batches delivered after a start or a switch before the window opens.
+        min_batches, min_s: the window closes after both this many batches and seconds.
+        margin: processes must deliver this many times the threads' rate to be kept
+            (threads start sooner and use less memory, so a tie goes to them).
+    """
+
+    def __init__(
+        self,
+        *,
+        warmup: int = 4,
+        min_batches: int = 8,
+        min_s: float = 0.1,
+        margin: float = 1.05,
+    ) -> None:
+        self.warmup = warmup
+        self.min_batches = min_batches
+        self.min_s = min_s
+        self.margin = margin
+        self.current = "thread"
+        self.chosen: str | None = None
+        self.rates: dict[str, float] = {}
+        self.history: list[str] = []
+        self._delivered = 0
+        self._opened_at = 0.0
+
+    def restart_window(self) -> None:
+        """A new epoch or a new pool: the next batches warm up again before measuring."""
+        self._delivered = 0
+
+    def switched(self, kind: str) -> None:
+        """The engine now runs ``kind`` workers."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown worker kind {kind!r}")
+        self.current = kind
+        self.restart_window()
+
+    def batch_delivered(self, now: float) -> str | None:
+        """Counts a delivery at time ``now``; returns the kind to switch to, or None."""
+        if self.chosen is not None:
+            return None
+        self._delivered += 1
+        if self._delivered == self.warmup:
+            self._opened_at = now
+            return None
+        measured = self._delivered - self.warmup
+        if measured < max(1, self.min_batches) or now - self._opened_at < self.min_s:
+            return None
+        elapsed = now - self._opened_at
+        self.rates[self.current] = measured / elapsed if elapsed > 0 else float("inf")
+        if "process" not in self.rates:
+            self._delivered = -(1 << 62)  # nothing more counts until the switch
+            return "process"
+        threads, processes = self.rates["thread"], self.rates["process"]
+        self.chosen = "process" if processes >= threads * self.margin else "thread"
+        self.history.append(
+            f"worker_mode auto: threads {threads:,.1f} batches/s, processes "
+            f"{processes:,.1f} batches/s: {_PLURAL[self.chosen]}"
+        )
+        return self.chosen if self.chosen != self.current else None

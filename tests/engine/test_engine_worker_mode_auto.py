@@ -1,0 +1,157 @@
+"""worker_mode="auto": threads measured against processes, the faster kept, batches unchanged.
+
+The trial's thresholds are shortened here (a few batches instead of a tenth of a second)
+and its margin forced where a test needs a given outcome; one test lets the real
+measurement decide, on work that holds the GIL.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import pytest
+
+import stoker
+import stoker.loader
+from engine.engine_datasets import Samples, ShardedStream, ThreadSafeDraws, record_init
+from stoker.engine.mode_trial import ModeTrial
+
+N, BATCH = 96, 4
+
+
+def quick_trial(monkeypatch: pytest.MonkeyPatch, margin: float) -> None:
+    """Measures over 3 batches per kind; ``margin`` 0 keeps processes, inf goes back to threads."""
+    trial = functools.partial(ModeTrial, warmup=1, min_batches=3, min_s=0.0, margin=margin)
+    monkeypatch.setattr(stoker.loader, "ModeTrial", trial)
+
+
+def content(batches: list) -> list:
+    """What a batch holds apart from who loaded it: indices, draws and data."""
+    return [(b[0].tolist(), b[2].tolist(), b[3].tolist()) for b in batches]
+
+
+def reference(dataset: object, **kwargs: object) -> list:
+    return content(list(stoker.DataLoader(dataset, batch_size=BATCH, num_workers=0, **kwargs)))
+
+
+@pytest.mark.parametrize(("margin", "kept"), [(0.0, "process"), (float("inf"), "thread")])
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+def test_switching_kinds_mid_epoch_changes_no_batch(monkeypatch, margin, kept, persistent) -> None:
+    quick_trial(monkeypatch, margin)
+    dataset = ThreadSafeDraws(N)
+    options = {"shuffle": True, "generator": 7}
+    expected = [reference(dataset, **options) for _ in range(1)]
+    loader = stoker.DataLoader(
+        dataset, batch_size=BATCH, num_workers=2, worker_mode="auto",
+        persistent_workers=persistent, **options,
+    )  # fmt: skip
+    with loader:
+        first = list(loader)
+        assert content(first) == expected[0]
+        pids = [int(p) for b in first for p in b[1]]
+        assert os.getpid() in pids, "the epoch started in thread workers"
+        assert any(p != os.getpid() for p in pids), "the trial ran process workers"
+        history = "\n".join(loader.stats().autotune)
+        assert "worker_mode auto: threads" in history
+        assert f"batches/s: {'processes' if kept == 'process' else 'threads'}" in history
+        second = list(loader)
+        loaded_by_trainer = {int(p) == os.getpid() for b in second for p in b[1]}
+        assert loaded_by_trainer == {kept == "thread"}, "the next epoch runs the kept kind only"
+        assert sorted(i for b in second for i in b[0].tolist()) == list(range(N))
+        if persistent:
+            assert loader._pool is not None and loader._pool.mode == kept
+
+
+def test_every_index_arrives_once_across_the_switch_out_of_order(monkeypatch) -> None:
+    quick_trial(monkeypatch, 0.0)
+    loader = stoker.DataLoader(
+        ThreadSafeDraws(N), batch_size=BATCH, num_workers=2, worker_mode="auto", in_order=False
+    )
+    seen = [i for b in loader for i in b[0].tolist()]
+    assert sorted(seen) == list(range(N))
+
+
+def test_a_state_saved_after_the_switch_resumes_exactly(monkeypatch) -> None:
+    quick_trial(monkeypatch, 0.0)
+    options = {"batch_size": BATCH, "shuffle": True, "generator": 3}
+    dataset = ThreadSafeDraws(N)
+    loader = stoker.DataLoader(dataset, num_workers=2, worker_mode="auto", **options)
+    iterator = iter(loader)
+    head = [next(iterator) for _ in range(12)]  # past the thread window and the switch
+    state = loader.state_dict()
+    tail = list(iterator)
+    resumed = stoker.DataLoader(dataset, num_workers=2, worker_mode="auto", **options)
+    resumed.load_state_dict(state)
+    assert content(list(resumed)) == content(tail)
+    assert content(head + tail) == reference(dataset, shuffle=True, generator=3)
+
+
+def test_work_that_holds_the_gil_gets_processes() -> None:
+    # 2 ms of pure Python per sample: two threads take turns, two processes run at once
+    loader = stoker.DataLoader(
+        ThreadSafeDraws(300, spin_s=0.002), batch_size=BATCH, num_workers=2, worker_mode="auto"
+    )
+    for _ in range(2):
+        assert sum(len(b[0]) for b in loader) == 300
+    history = loader.stats().autotune
+    assert len(history) == 1 and history[0].endswith("batches/s: processes"), history
+
+
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        (
+            lambda: stoker.DataLoader(Samples(8), batch_size=2, num_workers=2, worker_mode="auto"),
+            "Samples does not declare thread_safe = True",
+        ),
+        (
+            lambda: stoker.DataLoader(
+                ThreadSafeDraws(8), batch_size=2, num_workers=2, worker_mode="auto",
+                collate_fn=lambda batch: batch,
+            ),  # fmt: skip
+            "collate_fn does not declare thread_safe = True",
+        ),
+        (
+            lambda: stoker.DataLoader(
+                ThreadSafeDraws(8), batch_size=2, num_workers=2, worker_mode="auto",
+                worker_init_fn=functools.partial(record_init, os.devnull),
+            ),  # fmt: skip
+            "worker_init_fn may set up per-process state",
+        ),
+        (
+            lambda: stoker.DataLoader(
+                ShardedStream(8, 4), batch_size=2, num_workers=2, worker_mode="auto"
+            ),
+            "an IterableDataset's streams are split by worker process",
+        ),
+    ],
+    ids=["undeclared-dataset", "undeclared-collate", "worker-init-fn", "iterable"],
+)
+def test_auto_runs_processes_and_says_why_when_threads_are_not_safe(build, reason) -> None:
+    loader = build()
+    list(loader)
+    history = loader.stats().autotune
+    assert history == [f"worker_mode auto: processes, since {reason}"]
+    assert loader._worker_kind() == "process"
+
+
+def test_stokers_datasets_and_transforms_declare_thread_safety(tmp_path) -> None:
+    from stoker.vision import Compose, DecodeImage, RandomHorizontalFlip, ToCHW
+
+    arrays = stoker.ArrayDataset(np.arange(6))
+    assert stoker.ArrayDataset(np.arange(3)).thread_safe is True
+    assert stoker.ConcatDataset([arrays, arrays]).thread_safe is True
+    assert stoker.ConcatDataset([arrays, Samples(3)]).thread_safe is False
+    assert stoker.Subset(arrays, [0, 2]).thread_safe is True
+
+    class Counting(stoker.ArrayDataset):
+        def __getitem__(self, index):  # a subclass that may keep state of its own
+            return super().__getitem__(index)
+
+    assert Counting(np.arange(3)).thread_safe is False
+    assert Compose([RandomHorizontalFlip(), ToCHW()]).thread_safe is True
+    assert Compose([RandomHorizontalFlip(), lambda image: image]).thread_safe is False
+    assert DecodeImage(Compose([ToCHW()])).thread_safe is True
+    assert DecodeImage(lambda image: image).thread_safe is False
