@@ -3,7 +3,9 @@
 Every dataset is a plain map-style class (``__getitem__`` and ``__len__``, no
 ``__getitems__``), written the way a torch user writes one, so that
 ``torch.utils.data.DataLoader`` and ``stoker.DataLoader`` are handed the *same* object
-and do the same per-sample work. Nothing here imports torch or stoker.
+and do the same per-sample work. Nothing here imports torch or stoker. Each declares
+``thread_safe = True`` (it is a pure function of the index), which lets stoker's
+default ``worker_mode="auto"`` try thread workers; other loaders ignore it.
 
 Workloads:
 
@@ -46,6 +48,8 @@ class TinyDataset:
         (3, 3.0)
     """
 
+    thread_safe = True  # a pure function of the index: stoker may run it in threads
+
     def __init__(self, length: int) -> None:
         self.length = length
 
@@ -65,6 +69,8 @@ class LargeArrayDataset:
         >>> LargeArrayDataset(8, shape=(3, 4, 4))[5].shape
         (3, 4, 4)
     """
+
+    thread_safe = True  # a pure function of the index: stoker may run it in threads
 
     def __init__(self, length: int, shape: tuple[int, ...] = (3, 256, 256), pool: int = 4) -> None:
         self.length = length
@@ -91,6 +97,8 @@ class CpuTransformDataset:
         >>> image.shape, image.dtype, label
         ((3, 64, 64), dtype('float32'), 2)
     """
+
+    thread_safe = True  # a pure function of the index: stoker may run it in threads
 
     def __init__(self, length: int, size: int = 64, steps: int = 10, pool: int = 8) -> None:
         self.length = length
@@ -129,6 +137,8 @@ class JpegDataset:
         ((3, 56, 56), dtype('float32'), 3)
         >>> folder.remove()
     """
+
+    thread_safe = True  # a pure function of the index: stoker may run it in threads
 
     def __init__(self, paths: list[str], length: int, crop: int = 224) -> None:
         self.paths = list(paths)

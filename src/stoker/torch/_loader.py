@@ -103,7 +103,7 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        worker_mode: str = "process",
+        worker_mode: str = "auto",
         on_worker_death: str = "raise",
         copy_batches: bool = False,
         worker_threads: int | None = 1,

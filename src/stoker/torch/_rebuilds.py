@@ -34,7 +34,7 @@ class StokerOptions:
 
     num_workers: int | str = 0
     prefetch_factor: int | str | None = None
-    worker_mode: str = "process"
+    worker_mode: str = "auto"
     on_worker_death: str = "raise"
     copy_batches: bool = False
     worker_threads: int | None = 1
