@@ -63,7 +63,9 @@ class WorkloadCosts:
     gil_share: float  # estimated share of a thread worker's time that holds the GIL
 
 
-def measure_epoch(loader: Any, warmup: int, timed: int, threads: bool) -> tuple[float, float, float]:
+def measure_epoch(
+    loader: Any, warmup: int, timed: int, threads: bool
+) -> tuple[float, float, float]:
     """(batches/s, trainer CPU ms per batch, workers' CPU ms per batch) over the timed batches."""
     iterator = iter(loader)
     for _ in range(warmup):
@@ -89,9 +91,12 @@ def measure(name: str, rounds: int, quick: bool, wait_idle_s: float) -> Workload
     dataset = workload.make((workload.warmup + timed) * workload.batch_size)
     loaders = {
         (mode, workers): stoker.DataLoader(
-            dataset, batch_size=workload.batch_size, num_workers=workers, worker_mode=mode,
+            dataset,
+            batch_size=workload.batch_size,
+            num_workers=workers,
+            worker_mode=mode,
             persistent_workers=True,
-        )  # fmt: skip
+        )
         for mode, workers in (("process", 2), ("thread", 2), ("thread", 1))
     }
     samples: dict[tuple[str, int], list[tuple[float, float, float]]] = {k: [] for k in loaders}

@@ -832,6 +832,9 @@ class _EpochIterator:
         """
         if self._processes is None:
             self.start()
+            start_all = getattr(self._inner, "start_all_workers", None)
+            if start_all is not None:
+                start_all()
             pool = getattr(self._inner, "_pool", None)
             self._processes = pool.processes() if pool is not None else []
         return self._processes

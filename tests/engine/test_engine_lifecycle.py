@@ -310,3 +310,25 @@ def test_a_pool_is_never_shut_down_from_a_process_forked_after_it(tmp_path) -> N
         gc.enable()
         gc.collect()  # the trainer runs the old pool's finalizer itself, once
     assert not log.exists(), log.read_text()
+
+
+def test_forked_workers_start_while_the_trainer_waits_and_all_of_them_work() -> None:
+    # worker 0 is forked alone; the others are forked one at a time whenever the trainer
+    # would wait, so the first batch does not wait for every fork
+    loader = DataLoader(Samples(240), batch_size=4, num_workers=6, multiprocessing_context="fork")
+    iterator = iter(loader)
+    first = next(iterator)
+    pool = iterator._inner._pool
+    assert pool.ramp, "forked pools start their workers on a ramp"
+    rest = list(iterator)
+    pids = {int(p) for b in [first, *rest] for p in b[1]}
+    assert len(pids) == 6 and os.getpid() not in pids, "every worker was started and worked"
+    assert sorted(int(i) for b in [first, *rest] for i in b[0]) == list(range(240))
+
+
+def test_torch_code_reading_the_workers_after_iter_sees_every_process() -> None:
+    loader = DataLoader(Samples(40), batch_size=4, num_workers=4, multiprocessing_context="fork")
+    iterator = iter(loader)
+    processes = iterator._workers  # torch's attribute, read right after iter()
+    assert len(processes) == 4 and all(p.is_alive() for p in processes)
+    assert sorted(int(i) for b in iterator for i in b[0]) == list(range(40))

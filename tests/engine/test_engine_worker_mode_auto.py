@@ -42,11 +42,16 @@ def test_switching_kinds_mid_epoch_changes_no_batch(monkeypatch, margin, kept, p
     quick_trial(monkeypatch, margin)
     dataset = ThreadSafeDraws(N)
     options = {"shuffle": True, "generator": 7}
-    expected = [reference(dataset, **options) for _ in range(1)]
+    single = stoker.DataLoader(dataset, batch_size=BATCH, num_workers=0, **options)
+    expected = [content(list(single)) for _ in range(2)]
     loader = stoker.DataLoader(
-        dataset, batch_size=BATCH, num_workers=2, worker_mode="auto",
-        persistent_workers=persistent, **options,
-    )  # fmt: skip
+        dataset,
+        batch_size=BATCH,
+        num_workers=2,
+        worker_mode="auto",
+        persistent_workers=persistent,
+        **options,
+    )
     with loader:
         first = list(loader)
         assert content(first) == expected[0]
@@ -59,7 +64,7 @@ def test_switching_kinds_mid_epoch_changes_no_batch(monkeypatch, margin, kept, p
         second = list(loader)
         loaded_by_trainer = {int(p) == os.getpid() for b in second for p in b[1]}
         assert loaded_by_trainer == {kept == "thread"}, "the next epoch runs the kept kind only"
-        assert sorted(i for b in second for i in b[0].tolist()) == list(range(N))
+        assert content(second) == expected[1]
         if persistent:
             assert loader._pool is not None and loader._pool.mode == kept
 
@@ -88,13 +93,16 @@ def test_a_state_saved_after_the_switch_resumes_exactly(monkeypatch) -> None:
     assert content(head + tail) == reference(dataset, shuffle=True, generator=3)
 
 
-def test_work_that_holds_the_gil_gets_processes() -> None:
-    # 2 ms of pure Python per sample: two threads take turns, two processes run at once
+def test_work_that_holds_the_gil_gets_processes(monkeypatch) -> None:
+    # 2 ms of pure Python per sample: two threads take turns, two processes run at once.
+    # The real measurement decides, over half-second windows (a busy machine's noise
+    # averages out over them; the default windows are shorter).
+    monkeypatch.setattr(stoker.loader, "ModeTrial", functools.partial(ModeTrial, min_s=0.5))
     loader = stoker.DataLoader(
-        ThreadSafeDraws(300, spin_s=0.002), batch_size=BATCH, num_workers=2, worker_mode="auto"
+        ThreadSafeDraws(1200, spin_s=0.002), batch_size=BATCH, num_workers=2, worker_mode="auto"
     )
     for _ in range(2):
-        assert sum(len(b[0]) for b in loader) == 300
+        assert sum(len(b[0]) for b in loader) == 1200
     history = loader.stats().autotune
     assert len(history) == 1 and history[0].endswith("batches/s: processes"), history
 
@@ -108,16 +116,22 @@ def test_work_that_holds_the_gil_gets_processes() -> None:
         ),
         (
             lambda: stoker.DataLoader(
-                ThreadSafeDraws(8), batch_size=2, num_workers=2, worker_mode="auto",
+                ThreadSafeDraws(8),
+                batch_size=2,
+                num_workers=2,
+                worker_mode="auto",
                 collate_fn=lambda batch: batch,
-            ),  # fmt: skip
+            ),
             "collate_fn does not declare thread_safe = True",
         ),
         (
             lambda: stoker.DataLoader(
-                ThreadSafeDraws(8), batch_size=2, num_workers=2, worker_mode="auto",
+                ThreadSafeDraws(8),
+                batch_size=2,
+                num_workers=2,
+                worker_mode="auto",
                 worker_init_fn=functools.partial(record_init, os.devnull),
-            ),  # fmt: skip
+            ),
             "worker_init_fn may set up per-process state",
         ),
         (

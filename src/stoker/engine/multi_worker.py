@@ -35,7 +35,6 @@ from stoker._tree import map_leaves
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner
 from stoker.engine.fetch import summary
-from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.messages import (
     Done,
     Exhausted,
@@ -49,6 +48,7 @@ from stoker.engine.messages import (
     Undelivered,
     add_note,
 )
+from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.plan import EpochHooks, EpochPlan
 from stoker.engine.pool import Death, Pending, PoolState, WorkerPool
 from stoker.profiling.stats import StatsRecorder
@@ -174,6 +174,22 @@ class MultiWorkerIterator:
             self._trial.switched(kind)
         self._use_pool(pool)
 
+    def _start_deferred(self, limit: int | None = None) -> None:
+        """Starts workers the staggered start held back, tells them the epoch, gives them work."""
+        try:
+            started = self._pool.start_deferred(limit)
+        except BaseException:
+            self._close_broken()
+            raise
+        for worker_id in started:
+            self._pool.send(worker_id, self._start_epoch(worker_id))
+        if started:
+            self._dispatch()
+
+    def start_all_workers(self) -> None:
+        """Starts every worker now (code written for torch reads them right after iter())."""
+        self._start_deferred()
+
     def _start_epoch(self, worker_id: int) -> StartEpoch:
         state = self._progress.resume_streams.get(worker_id)
         return StartEpoch(epoch=self._epoch, seed=self._seed, stream_state=state)
@@ -207,6 +223,9 @@ class MultiWorkerIterator:
                 self.close()
                 raise StopIteration
             wait = _POLL_S
+            if self._pool.ramp and self._pool.deferred:
+                self._start_deferred(1)  # forked workers start while the trainer would wait
+                wait = 0.0
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -387,8 +406,8 @@ class MultiWorkerIterator:
     def _receive(self, worker_id: int, message: Any, leased: set[int]) -> None:
         if isinstance(message, Ready):
             self._pool.pids[worker_id] = message.pid
-            for started in self._pool.start_deferred():  # the staggered start's second step
-                self._pool.send(started, self._start_epoch(started))
+            if not self._pool.ramp:
+                self._start_deferred()  # the staggered start's second step
             return
         if isinstance(message, Initialised):
             self._pool.initialised.add(worker_id)

@@ -225,7 +225,12 @@ class WorkerPool:
         # A spawned worker spends a few hundred ms of CPU importing; started together on a
         # few cores they would all be late. Worker 0 starts alone and the rest start, in
         # parallel, once it is ready: the first batch comes as fast as with one worker.
-        staggered = mode == "process" and self.context.get_start_method() != "fork"
+        # A forked worker costs the trainer itself a fork (3-8 ms with torch loaded), one
+        # after the other: 64 of them would hold the first batch back by a quarter of a
+        # second. Worker 0 starts alone and the rest start one at a time, whenever the
+        # trainer would otherwise wait (the "ramp", driven by the epoch's iterator).
+        staggered = mode == "process" and num_workers > 1
+        self.ramp = staggered and self.context.get_start_method() == "fork"
         self.deferred: list[int] = list(range(1, num_workers)) if staggered else []
         try:
             for worker_id in range(num_workers):
@@ -239,9 +244,10 @@ class WorkerPool:
     def is_started(self, worker_id: int) -> bool:
         return self._workers[worker_id] is not None
 
-    def start_deferred(self) -> list[int]:
-        """Starts the workers held back by the staggered start; returns their ids."""
-        started, self.deferred = self.deferred, []
+    def start_deferred(self, limit: int | None = None) -> list[int]:
+        """Starts the workers held back by the staggered start (at most ``limit``); their ids."""
+        cut = len(self.deferred) if limit is None else limit
+        started, self.deferred = self.deferred[:cut], self.deferred[cut:]
         if started:
             self._close_selector()
             for worker_id in started:

@@ -206,7 +206,7 @@ class PackedDataset(Dataset[Any]):
 
     @property
     def thread_safe(self) -> bool:
-        """Reads are views of read-only maps: thread-safe when the transform is (see worker_mode)."""
+        """Reads are views of read-only maps: thread-safe when the transform is (worker_mode)."""
         kind = type(self)
         return (
             kind.__getitem__ is PackedDataset.__getitem__

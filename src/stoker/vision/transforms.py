@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker._validate import is_int
 from stoker._thread_safety import is_thread_safe
+from stoker._validate import is_int
 from stoker.seeding import sample_rng
 from stoker.vision._resample import check_backend as _check_backend
 from stoker.vision._resample import resize as _resize
