@@ -45,6 +45,7 @@ from stoker.datasets import (
     is_iterable_dataset,
     random_split,
 )
+from stoker.engine.ray_workers import RayWorkers
 from stoker.loader import DataLoader
 from stoker.profiling import LoaderStats, profile
 from stoker.samplers import (
@@ -87,6 +88,7 @@ __all__ = [
     "PadCollate",
     "RaggedCollate",
     "RandomSampler",
+    "RayWorkers",
     "Sampler",
     "SequentialSampler",
     "ShmError",

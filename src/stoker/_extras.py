@@ -24,6 +24,7 @@ EXTRAS = {
     "matplotlib": ("matplotlib", "cli"),
     "fsspec": ("fsspec", "storage"),
     "s3fs": ("s3fs", "storage"),
+    "ray": ("ray", "ray"),
 }
 
 

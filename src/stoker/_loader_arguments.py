@@ -21,10 +21,11 @@ from typing import Any
 from stoker._validate import check_bool, check_choice, check_int, check_seconds
 from stoker.datasets import is_iterable_dataset
 from stoker.engine.autotune import cpu_budget
+from stoker.engine.ray_workers import ray_options
 
 __all__ = ["Arguments", "check_arguments", "warn_excessive_workers"]
 
-WORKER_MODES = ("process", "thread", "auto")
+WORKER_MODES = ("process", "thread", "auto", "ray")  # or a stoker.RayWorkers
 ON_WORKER_DEATH = ("raise", "restart")
 ON_ERROR = ("raise", "skip")
 
@@ -123,7 +124,8 @@ def check_arguments(
     check_bool("pin_memory", pin_memory)
     in_order = check_bool("in_order", in_order)
     copy_batches = check_bool("copy_batches", copy_batches)
-    check_choice("worker_mode", worker_mode, WORKER_MODES)
+    if ray_options(worker_mode) is None:
+        check_choice("worker_mode", worker_mode, WORKER_MODES)
     check_choice("on_worker_death", on_worker_death, ON_WORKER_DEATH)
     check_choice("on_error", on_error, ON_ERROR)
     if worker_init_fn is not None and not callable(worker_init_fn):

@@ -37,6 +37,7 @@ from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.multi_worker import MultiWorkerIterator
 from stoker.engine.plan import EpochHooks, EpochPlan
 from stoker.engine.pool import PoolState, WorkerPool
+from stoker.engine.ray_workers import RayPool, RayWorkers, ray_options
 from stoker.engine.single_process import SingleProcessIterator
 from stoker.profiling.copy_on_read import (
     compact_large_containers,
@@ -95,6 +96,8 @@ class DataLoader(Generic[T]):
             first epoch runs and keeps the faster, for a map-style dataset (and
             transforms and collate_fn) that declares ``thread_safe = True`` and no
             ``worker_init_fn``; anything else gets processes. See docs/worker-modes.md.
+            ``"ray"`` or a :class:`stoker.RayWorkers` runs them as Ray actors, on this
+            machine or a cluster (docs/ray.md).
         on_worker_death: ``"raise"`` (default) or ``"restart"`` a worker that died
             and re-issue its batches.
         copy_batches: copy each batch out of shared memory before returning it. By
@@ -155,7 +158,7 @@ class DataLoader(Generic[T]):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        worker_mode: str = "auto",
+        worker_mode: str | RayWorkers = "auto",
         on_worker_death: str = "raise",
         copy_batches: bool = False,
         worker_threads: int | None = 1,
@@ -228,7 +231,8 @@ class DataLoader(Generic[T]):
         self.generator = generator
         self.persistent_workers = args.persistent_workers
         self.in_order = args.in_order
-        self.worker_mode = worker_mode
+        self.ray_workers = ray_options(worker_mode)  # where Ray actors run, or None
+        self.worker_mode = "ray" if self.ray_workers is not None else worker_mode
         self.on_worker_death = on_worker_death
         self.copy_batches = args.copy_batches
         self.worker_threads = args.worker_threads
@@ -714,6 +718,8 @@ class DataLoader(Generic[T]):
 
     def _new_pool(self, kind: str | None = None) -> WorkerPool:
         kind = kind or self._worker_kind()
+        if self.ray_workers is not None:
+            return RayPool(self._worker_spec(), self.num_workers, self.ray_workers, self._stats)  # type: ignore[return-value]
         if kind == "process" and not self._copy_on_read_checked:
             self._copy_on_read_checked = True
             self._check_copy_on_read()

@@ -16,6 +16,7 @@ that code path is not entered at all.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import os
 import time
@@ -24,10 +25,54 @@ from typing import Any
 
 from stoker._proc import ProcessMemory, process_memory
 
-__all__ = ["PROFILE_SAMPLES", "LoaderStats", "StatsRecorder"]
+__all__ = ["PROFILE_SAMPLES", "ActorStats", "LoaderStats", "StatsRecorder"]
 
 PROFILE_SAMPLES = os.environ.get("STOKER_PROFILE_SAMPLES", "") not in ("", "0")
 _KEEP_SLOWEST = 10
+
+
+@dataclass
+class ActorStats:
+    """One Ray actor's share of the loading (``worker_mode="ray"``), or a node's, summed.
+
+    ``busy_s`` is fetch + collate in the actor; ``transfer_s`` is the time the trainer
+    spent fetching its answers from Ray's object store (from the actor's node when it is
+    another machine) and reading them. Transfer time that grows while ``busy_s`` stays
+    flat means the network, not the CPUs, limits loading.
+    """
+
+    node: str
+    worker_id: int = -1
+    actors: int = 1
+    batches: int = 0
+    samples: int = 0
+    bytes: int = 0
+    busy_s: float = 0.0
+    transfer_s: float = 0.0
+
+    def per_s(self, wall_s: float) -> float:
+        """Batches per second over ``wall_s`` (the loader's wall time)."""
+        return self.batches / wall_s if wall_s > 0 else 0.0
+
+    @property
+    def transfer_ms_per_batch(self) -> float:
+        return 1000 * self.transfer_s / self.batches if self.batches else 0.0
+
+    @property
+    def busy_ms_per_batch(self) -> float:
+        return 1000 * self.busy_s / self.batches if self.batches else 0.0
+
+    @property
+    def transfer_mib_per_s(self) -> float:
+        """Bytes moved per second of transfer time (what the link delivered)."""
+        return self.bytes / 2**20 / self.transfer_s if self.transfer_s > 0 else 0.0
+
+    def describe(self, who: str, wall_s: float) -> str:
+        return (
+            f"{who}: {self.batches} batches, {self.per_s(wall_s):,.1f} batches/s, busy "
+            f"{self.busy_ms_per_batch:.2f} ms/batch, transfer {self.transfer_ms_per_batch:.2f} "
+            f"ms/batch ({self.bytes / 2**20:.1f} MiB, {self.transfer_mib_per_s:,.0f} MiB/s)"
+        )
 
 
 @dataclass
@@ -65,6 +110,25 @@ class LoaderStats:
     bytes_in_flight: int = 0
     slowest_batches: list[tuple[float, Any]] = field(default_factory=list)
     slowest_samples: list[tuple[float, Any]] = field(default_factory=list)
+    # Ray actors (worker_mode="ray"), by actor name; a replaced actor keeps its line
+    actors: dict[str, ActorStats] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> dict[str, ActorStats]:
+        """The actors' figures summed per node (``worker_mode="ray"``; empty otherwise)."""
+        out: dict[str, ActorStats] = {}
+        for actor in self.actors.values():
+            node = out.get(actor.node)
+            if node is None:
+                out[actor.node] = dataclasses.replace(actor, worker_id=-1)
+                continue
+            node.actors += 1
+            node.batches += actor.batches
+            node.samples += actor.samples
+            node.bytes += actor.bytes
+            node.busy_s += actor.busy_s
+            node.transfer_s += actor.transfer_s
+        return out
 
     @property
     def batches_per_s(self) -> float:
@@ -112,6 +176,10 @@ class LoaderStats:
                     for who, m in self.memory.items()
                 )
             )
+        for node, figures in self.nodes.items():
+            lines.append(figures.describe(f"{node}, {figures.actors} actor(s)", self.wall_s))
+        for name, figures in self.actors.items():
+            lines.append(figures.describe(f"  actor {name} (worker {figures.worker_id})", self.wall_s))
         lines += [f"autotune: {decision}" for decision in self.autotune]
         return "\n".join(lines)
 
@@ -161,6 +229,26 @@ class StatsRecorder:
         for seconds, index in slow:
             _keep(self._slow_samples, seconds, index)
 
+    def actor_loaded(
+        self,
+        actor: str,
+        worker_id: int,
+        node: str,
+        samples: int,
+        nbytes: int,
+        busy_s: float,
+        transfer_s: float,
+    ) -> None:
+        """A Ray actor's batch reached the trainer (``worker_mode="ray"``)."""
+        figures = self.stats.actors.get(actor)
+        if figures is None:
+            figures = self.stats.actors[actor] = ActorStats(node=node, worker_id=worker_id)
+        figures.batches += 1
+        figures.samples += samples
+        figures.bytes += nbytes
+        figures.busy_s += busy_s
+        figures.transfer_s += transfer_s
+
     def snapshot(
         self,
         bytes_in_flight: int = 0,
@@ -170,6 +258,7 @@ class StatsRecorder:
         stats = self.stats
         out = LoaderStats(**{k: getattr(stats, k) for k in stats.__dataclass_fields__})
         out.worker_busy_s = dict(stats.worker_busy_s)
+        out.actors = {name: dataclasses.replace(a) for name, a in stats.actors.items()}
         out.wall_s = self._last - self._first if stats.batches else 0.0
         out.bytes_in_flight = bytes_in_flight
         out.autotune = list(autotune or [])

@@ -1,0 +1,558 @@
+"""Workers as Ray actors: loading on the CPUs of other machines, with stoker's guarantees.
+
+``DataLoader(worker_mode="ray")`` or ``worker_mode=RayWorkers(...)`` runs each worker as a
+Ray actor instead of a process of this machine. Everything else is the process engine's:
+the trainer still owns the sampler and :class:`~stoker.engine.multi_worker.MultiWorkerIterator`
+still schedules, reorders, re-issues and accounts; :class:`RayPool` stands where
+:class:`~stoker.engine.pool.WorkerPool` stands, with the same methods.
+
+One batch, Ray's way:
+
+1. the iterator sends a :class:`~stoker.engine.messages.Task`: :meth:`RayPool.send` calls
+   the actor's ``handle`` method, which returns an object reference at once. A Ray actor
+   runs the calls of one caller in the order they were made, so the actor sees
+   ``StartEpoch`` before the epoch's tasks, as a process worker does;
+2. inside the actor, the worker loop of :mod:`stoker.engine.worker` (the same
+   ``_WorkerLoop``: seeding, ``worker_init_fn``, per-sample random scopes, fetch and
+   collate) loads the batch and answers ``Done`` / ``Failed`` / ``Exhausted``. There is no
+   shared memory across machines: the answer is the actor's return value, and Ray puts a
+   large one in its object store, where numpy arrays travel as raw buffers;
+3. :meth:`RayPool.poll` waits on every reference in flight, fetches the ready ones
+   together (concurrent pulls from the other nodes), and hands the answers to the
+   iterator in each actor's call order. The time the fetch takes is the batch's
+   transport time in ``loader.stats()``, per actor and per node.
+
+An actor that dies, or whose node dies, makes its references fail with Ray's actor
+error: :meth:`RayPool.poll` reports a :class:`RayDeath` naming the actor, its node and
+Ray's reason, and the iterator restarts it (``on_worker_death="restart"``) and re-issues
+its batches, or raises. Shutdown kills every actor (``ray.kill``) and drops every
+reference the pool holds; Ray also ends the actors of a driver that exits.
+
+``import stoker`` never imports Ray: this module imports it when a pool starts, through
+:func:`stoker._extras.require`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+import numpy as np
+
+from stoker._errors import WorkerError
+from stoker._tree import map_leaves
+from stoker.engine import random_scopes, transport
+from stoker.engine.messages import (
+    Done,
+    Failed,
+    Ready,
+    StartEpoch,
+    WorkerSpec,
+)
+from stoker.engine.pool import Ledger, PoolState
+from stoker.engine.worker import _WorkerLoop, cap_threads, describe_failure
+
+__all__ = ["RayDeath", "RayPool", "RayWorkers", "ray_options"]
+
+_DEFAULT_START_TIMEOUT_S = 120.0
+_pool_numbers = count()
+
+
+@dataclass(frozen=True)
+class RayWorkers:
+    """Workers as Ray actors: pass it as ``DataLoader(..., worker_mode=RayWorkers(...))``.
+
+    ``num_workers`` stays the number of workers, here actors; ``worker_mode="ray"`` is
+    ``RayWorkers()``. Every field is optional.
+
+    Args:
+        address: the Ray cluster to join when this process is not connected to one yet
+            (``"auto"``, ``"ray://head:10001"``, ``"10.0.0.1:6379"``). ``None``: Ray's own
+            rule (the ``RAY_ADDRESS`` variable, else a new local Ray on this machine). A
+            process already connected (``ray.init`` was called) keeps its cluster.
+        num_cpus: CPUs each actor reserves (fractions allowed). Match it to the threads a
+            sample uses: ``worker_threads`` caps BLAS/OpenMP in each actor, as in process
+            workers.
+        resources: custom resources each actor asks for, such as ``{"preprocess": 1}`` to
+            keep the actors on the machines started with ``--resources='{"preprocess":
+            8}'`` and off the GPU machines.
+        memory: bytes of memory each actor reserves with Ray's scheduler, or ``None``.
+        runtime_env: Ray's ``runtime_env`` for the actors (``{"working_dir": "."}``,
+            ``{"pip": [...]}``), for datasets whose code is not installed on every machine.
+        zero_copy: hand out batches whose arrays are read-only views of Ray's object store
+            (no copy in the trainer; a held batch keeps its object in the store). The
+            default copies each array into the trainer's memory, so batches are writable, as
+            with process workers, and the store is freed at once. ``stoker.torch`` copies
+            read-only arrays when it makes tensors, so there it saves nothing.
+        start_timeout_s: how long an actor may wait to be placed and started before the
+            loader raises, naming what it asked for and what the cluster has free.
+        init_options: keywords for ``ray.init`` when stoker connects (``namespace``,
+            ``num_cpus`` of a new local Ray, ...).
+
+    Example:
+        >>> from stoker import RayWorkers
+        >>> RayWorkers(num_cpus=2, resources={"preprocess": 1}).actor_options()
+        {'num_cpus': 2, 'max_restarts': 0, 'resources': {'preprocess': 1}}
+    """
+
+    address: str | None = None
+    num_cpus: float = 1.0
+    resources: Mapping[str, float] = field(default_factory=dict)
+    memory: int | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    zero_copy: bool = False
+    start_timeout_s: float = _DEFAULT_START_TIMEOUT_S
+    init_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_cpus, (int, float)) or self.num_cpus < 0:
+            msg = f"RayWorkers(num_cpus=...) must be a number >= 0, got {self.num_cpus!r}"
+            raise ValueError(msg)
+        for name, amount in dict(self.resources).items():
+            if not isinstance(name, str) or not isinstance(amount, (int, float)) or amount <= 0:
+                msg = (
+                    "RayWorkers(resources=...) maps resource names to positive amounts, such "
+                    f'as {{"preprocess": 1}}; got {name!r}: {amount!r}'
+                )
+                raise ValueError(msg)
+        if self.start_timeout_s <= 0:
+            msg = f"RayWorkers(start_timeout_s=...) must be > 0, got {self.start_timeout_s!r}"
+            raise ValueError(msg)
+
+    def actor_options(self) -> dict[str, Any]:
+        """What each actor asks Ray's scheduler for (``ActorClass.options(**...)``)."""
+        options: dict[str, Any] = {"num_cpus": self.num_cpus, "max_restarts": 0}
+        if self.resources:
+            options["resources"] = dict(self.resources)
+        if self.memory is not None:
+            options["memory"] = self.memory
+        if self.runtime_env is not None:
+            options["runtime_env"] = dict(self.runtime_env)
+        return options
+
+    def describe_request(self) -> str:
+        """The request in words: ``1 CPU and {"preprocess": 1}``."""
+        parts = [f"{self.num_cpus:g} CPU"]
+        if self.resources:
+            parts.append(str(dict(self.resources)))
+        if self.memory is not None:
+            parts.append(f"{self.memory / 2**20:.0f} MiB of memory")
+        return " and ".join(parts)
+
+
+def ray_options(worker_mode: Any) -> RayWorkers | None:
+    """The :class:`RayWorkers` a ``worker_mode`` argument stands for, or None (not Ray)."""
+    if isinstance(worker_mode, RayWorkers):
+        return worker_mode
+    if isinstance(worker_mode, str) and worker_mode == "ray":
+        return RayWorkers()
+    return None
+
+
+def _ray() -> Any:
+    from stoker._extras import require
+
+    return require("ray", "worker_mode='ray'", "to run workers as Ray actors")
+
+
+# -- the actor -------------------------------------------------------------------------
+class _LoaderActor:
+    """One worker, as a Ray actor: the worker loop of stoker.engine.worker, called by method.
+
+    Ray's ``handle`` calls run one at a time, in the order the trainer made them.
+    """
+
+    def __init__(self, worker_id: int, spec: WorkerSpec) -> None:
+        if spec.threads is not None:
+            cap_threads(spec.threads)
+        random_scopes.install()  # after the spec's modules (torch, maybe) are imported
+        self._out: list[Any] = []
+        self._loop = _WorkerLoop(worker_id, spec, self._collect, None, True)
+        self._worker_id = worker_id
+        self._finished = time.perf_counter()
+        self._failed_start = False
+
+    def _collect(self, message: Any, _allocator: Any) -> None:
+        self._out.append(message)
+
+    def hello(self) -> tuple[int, str, str, str]:
+        """(pid, node id, node address, host name) of this actor."""
+        ray = _ray()
+        context = ray.get_runtime_context()
+        return os.getpid(), context.get_node_id(), ray.util.get_node_ip_address(), _hostname()
+
+    def handle(self, message: Any) -> list[Any]:
+        """Runs one message through the worker loop; returns what the loop answered."""
+        began = time.perf_counter()
+        self._loop.idle += began - self._finished
+        self._out = out = []
+        if message.__class__ is StartEpoch:
+            if not self._loop.start_epoch(message):
+                self._failed_start = True
+        elif not self._failed_start:
+            self._loop.run_task(message)
+        self._finished = time.perf_counter()
+        return out
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+# -- deaths ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RayDeath:
+    """An actor found dead: which worker, which actor on which node, and why."""
+
+    worker_id: int
+    actor: str  # the actor's name
+    actor_id: str
+    node: str  # "node <id> (<address>)" or "an unknown node"
+    reason: str
+
+    @property
+    def pid(self) -> None:
+        return None
+
+    def describe(self, *, starting: bool = False) -> str:
+        who = f"worker {self.worker_id} (Ray actor {self.actor}, id {self.actor_id}, on {self.node})"
+        if starting:
+            return (
+                f"{who} {self.reason} while starting, before it loaded any batch: in "
+                "worker_init_fn, while unpickling the dataset, or while importing its modules on "
+                "that node (they must be importable there: install them, or pass "
+                "RayWorkers(runtime_env=...)). With num_workers=0 the same code runs in this "
+                "process, where a debugger can stop at it. A replacement would fail the same way, "
+                "so stoker does not start one."
+            )
+        return f"{who} {self.reason}"
+
+
+def _death_reason(error: BaseException, node_alive: bool | None) -> str:
+    """Ray's reason for an actor error, in a phrase."""
+    text = getattr(error, "error_msg", None) or str(error)
+    lines = [
+        line.strip()
+        for line in str(text).splitlines()
+        if line.strip() and not line.startswith("\t") and "died unexpectedly" not in line
+    ]
+    said = lines[-1] if lines else type(error).__name__
+    if node_alive is False:
+        return f"was lost with its node, which left the cluster (Ray: {said})"
+    return f"died (Ray: {said})"
+
+
+# -- the pool --------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Call:
+    """A method call in flight on an actor, in the order it was made."""
+
+    ref: Any
+    message: Any  # None: the hello call that follows the actor's creation
+    generation: int
+
+
+@dataclass(slots=True)
+class _Actor:
+    handle: Any
+    name: str
+    generation: int
+    created: float
+    calls: collections.deque[_Call] = field(default_factory=collections.deque)
+    pid: int | None = None
+    node_id: str = ""
+    node_address: str = ""
+    host: str = ""
+
+    def where(self) -> str:
+        if not self.node_id:
+            return "a node not known yet (the actor had not started)"
+        return f"node {self.node_id[:12]} ({self.node_address}, host {self.host})"
+
+
+class RayPool:
+    """Runs ``num_workers`` Ray actors and carries messages to and from them.
+
+    Has the methods and attributes of :class:`~stoker.engine.pool.WorkerPool` that
+    :class:`~stoker.engine.multi_worker.MultiWorkerIterator` uses, so the iterator runs
+    an epoch over actors as it does over processes.
+
+    Args:
+        spec: what every worker needs (dataset, collate_fn, ...).
+        num_workers: how many actors.
+        options: where they run and what they reserve.
+        recorder: the loader's statistics, for per-actor and per-node throughput.
+    """
+
+    mode = "ray"
+
+    def __init__(
+        self, spec: WorkerSpec, num_workers: int, options: RayWorkers, recorder: Any = None
+    ) -> None:
+        ray = _ray()
+        self._ray = ray
+        self.spec = spec
+        self.options = options
+        self.num_workers = num_workers
+        self.state = PoolState.RUNNING
+        self._owner_pid = os.getpid()
+        self.slots = None  # no shared memory across machines: answers travel by Ray
+        self.prefix = ""
+        self.pids: dict[int, int] = {}
+        self.initialised: set[int] = set()
+        self.ledger = Ledger(load=[0] * num_workers)
+        self.memory_watch = None
+        self.batch_bytes: int | None = None
+        self.warned_unsharded = False
+        self.deferred: list[int] = []
+        self.transport_s = 0.0
+        self._recorder = recorder
+        self._number = next(_pool_numbers)
+        self._actors: list[_Actor | None] = [None] * num_workers
+        self._generations = count()
+        if not ray.is_initialized():
+            init = {"address": options.address, "log_to_driver": True, **options.init_options}
+            ray.init(**init)
+        self._actor_class = ray.remote(_LoaderActor)
+        try:
+            self._spec_ref: Any = ray.put(spec)  # pickled once for every actor
+            for worker_id in range(num_workers):
+                self._start(worker_id)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # -- starting ----------------------------------------------------------------
+    def _start(self, worker_id: int) -> None:
+        generation = next(self._generations)
+        name = f"stoker-{_hostname()}-{os.getpid()}-{self._number}-w{worker_id}-{generation}"
+        options = self.options.actor_options()
+        handle = self._actor_class.options(name=name, **options).remote(worker_id, self._spec_ref)
+        actor = _Actor(handle, name, generation, time.monotonic())
+        actor.calls.append(_Call(handle.hello.remote(), None, generation))
+        self._actors[worker_id] = actor
+
+    def is_started(self, worker_id: int) -> bool:
+        return self._actors[worker_id] is not None
+
+    def start_deferred(self) -> list[int]:
+        return []
+
+    def processes(self) -> list[Any]:
+        return []  # no multiprocessing.Process: the actors are Ray's
+
+    def actor_names(self) -> list[str]:
+        """The names of the live actors, in worker order (``ray.get_actor`` finds them)."""
+        return [a.name for a in self._actors if a is not None]
+
+    def add_worker(self) -> int:
+        """Starts one more actor (autotuning); returns its id."""
+        worker_id = self.num_workers
+        self._actors.append(None)
+        self.ledger.load.append(0)
+        self.num_workers += 1
+        self._start(worker_id)
+        return worker_id
+
+    def restart(self, worker_id: int) -> None:
+        """Replaces a dead actor with a fresh one under the same worker id."""
+        old = self._actors[worker_id]
+        if old is not None:
+            with contextlib.suppress(Exception):
+                self._ray.kill(old.handle, no_restart=True)
+            old.calls.clear()
+        self._actors[worker_id] = None
+        self.initialised.discard(worker_id)
+        self._start(worker_id)
+
+    # -- talking -----------------------------------------------------------------
+    def send(self, worker_id: int, message: Any) -> bool:
+        actor = self._actors[worker_id]
+        if actor is None:
+            return False
+        actor.calls.append(_Call(actor.handle.handle.remote(message), message, actor.generation))
+        return True
+
+    def poll(self, timeout: float) -> tuple[list[tuple[int, Any, set[int]]], list[RayDeath]]:
+        """Waits up to ``timeout`` s; returns ``(worker_id, message, set())`` and deaths."""
+        ray = self._ray
+        heads = {a.calls[0].ref: w for w, a in enumerate(self._actors) if a and a.calls}
+        if not heads:
+            time.sleep(min(timeout, 0.01))
+            return [], []
+        self._check_starts()
+        wait = min(timeout, 0.5)  # wake up to check actors that are still being placed
+        ready, _ = ray.wait(list(heads), num_returns=1, timeout=wait, fetch_local=False)
+        if not ready:
+            return [], []
+        messages: list[tuple[int, Any, set[int]]] = []
+        deaths: list[RayDeath] = []
+        # every actor's answers in call order: take the ready calls at the head of each queue
+        batch: list[tuple[int, _Call]] = []
+        for worker_id, actor in enumerate(self._actors):
+            if actor is None:
+                continue
+            calls = list(actor.calls)
+            done, _ = ray.wait([c.ref for c in calls], num_returns=len(calls), timeout=0,
+                               fetch_local=False)  # fmt: skip
+            finished = set(done)
+            for call in calls:
+                if call.ref not in finished:
+                    break
+                batch.append((worker_id, call))
+        for worker_id, call in batch:
+            actor = self._actors[worker_id]
+            if actor is None or actor.generation != call.generation or not actor.calls:
+                continue  # that actor died earlier in this poll
+            actor.calls.popleft()
+            began = time.perf_counter()
+            try:
+                value = ray.get(call.ref)
+            except ray.exceptions.RayActorError as exc:
+                deaths.append(self._lost(worker_id, actor, exc))
+                continue
+            except ray.exceptions.ObjectLostError as exc:  # its answer was on a lost node
+                deaths.append(self._lost(worker_id, actor, exc))
+                continue
+            except ray.exceptions.RayTaskError as exc:  # the answer could not be sent back
+                value = [self._unsendable(worker_id, call.message, exc)]
+            spent = time.perf_counter() - began
+            if call.message is None:
+                messages.append((worker_id, self._hello(worker_id, actor, value), set()))
+                continue
+            for message in value:
+                messages.append((worker_id, self._received(worker_id, actor, message, spent), set()))
+            self.transport_s += time.perf_counter() - began
+        return messages, deaths
+
+    def _hello(self, worker_id: int, actor: _Actor, value: tuple[int, str, str, str]) -> Ready:
+        actor.pid, actor.node_id, actor.node_address, actor.host = value
+        return Ready(worker_id=worker_id, pid=actor.pid)
+
+    def _received(self, worker_id: int, actor: _Actor, message: Any, fetch_s: float) -> Any:
+        """An answer as the iterator takes it: arrays copied out unless ``zero_copy``."""
+        if message.__class__ is not Done or message.batch is None:
+            return message
+        nbytes, _ = transport.array_bytes(message.batch)
+        if self.batch_bytes is None and nbytes:
+            self.batch_bytes = nbytes  # memory_budget bounds the batches in flight from now on
+        if not self.options.zero_copy:
+            message = dataclasses.replace(message, batch=map_leaves(message.batch, _writable))
+        if self._recorder is not None:
+            pending = self.ledger.pending.get(message.task_id)
+            samples = (
+                len(pending.indices)
+                if pending is not None and pending.indices is not None and self.spec.auto_collation
+                else 1
+            )
+            self._recorder.actor_loaded(
+                actor.name, worker_id, actor.where(), samples, nbytes,
+                message.fetch_s + message.collate_s, fetch_s,
+            )  # fmt: skip
+        return message
+
+    def _unsendable(self, worker_id: int, message: Any, exc: BaseException) -> Any:
+        """A Failed answer for a batch Ray could not carry back (its return did not pickle)."""
+        cause = getattr(exc, "cause", None) or exc
+        return Failed(
+            task_id=getattr(message, "task_id", -1),
+            epoch=getattr(message, "epoch", -1),
+            worker_id=worker_id,
+            failure=describe_failure(cause),
+        )
+
+    def _lost(self, worker_id: int, actor: _Actor, exc: BaseException) -> RayDeath:
+        alive = self._node_alive(actor.node_id)
+        actor.calls.clear()
+        with contextlib.suppress(Exception):
+            self._ray.kill(actor.handle, no_restart=True)
+        actor_id = getattr(exc, "actor_id", None) or actor.handle._actor_id.hex()
+        return RayDeath(worker_id, actor.name, str(actor_id)[:16], actor.where(), _death_reason(exc, alive))
+
+    def _node_alive(self, node_id: str) -> bool | None:
+        """Whether Ray's cluster still lists that node as alive (None: cannot tell)."""
+        if not node_id:
+            return None
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                nodes = {n["NodeID"]: n["Alive"] for n in self._ray.nodes()}
+            except Exception:
+                return None
+            alive = nodes.get(node_id)
+            if alive is False or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.1)  # Ray marks a lost node dead after its health checks fail
+
+    def _check_starts(self) -> None:
+        """Raises when an actor has waited past ``start_timeout_s`` to be placed and start."""
+        now = time.monotonic()
+        for worker_id, actor in enumerate(self._actors):
+            if actor is None or actor.pid is not None:
+                continue
+            if now - actor.created < self.options.start_timeout_s:
+                continue
+            try:
+                free = {k: v for k, v in self._ray.available_resources().items() if "node:" not in k}
+            except Exception:
+                free = {}
+            msg = (
+                f"Ray actor {actor.name} (worker {worker_id}) was not placed and started within "
+                f"{self.options.start_timeout_s:g} s. Each actor asks for "
+                f"{self.options.describe_request()}; the cluster has free: {free}. Add machines "
+                "with those resources, lower num_workers or the request, or raise "
+                "RayWorkers(start_timeout_s=...)."
+            )
+            raise WorkerError(msg)
+
+    def pid(self, worker_id: int) -> int | None:
+        actor = self._actors[worker_id]
+        return actor.pid if actor is not None else None
+
+    def dump_stack(self, worker_id: int) -> str:
+        """Where to find a stuck actor's stack (Ray runs one call at a time in it)."""
+        actor = self._actors[worker_id]
+        if actor is None:
+            return "(no actor)"
+        return (
+            f"(Ray actor {actor.name}, pid {actor.pid}, on {actor.where()}: run `ray stack` on "
+            "that machine, or `py-spy dump --pid` with the pid, to see its stack)"
+        )
+
+    # -- stopping ----------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Kills every actor and drops every reference this pool holds; idempotent."""
+        if self.state is not PoolState.RUNNING:
+            return
+        if os.getpid() != self._owner_pid:
+            self.state = PoolState.CLOSED
+            return
+        self.state = PoolState.CLOSING
+        try:
+            connected = self._ray.is_initialized()
+            for actor in self._actors:
+                if actor is None:
+                    continue
+                actor.calls.clear()
+                if connected:
+                    with contextlib.suppress(Exception):
+                        self._ray.kill(actor.handle, no_restart=True)
+        finally:
+            self._actors = [None] * len(self._actors)
+            self._spec_ref = None
+            self.state = PoolState.CLOSED
+
+
+def _writable(leaf: Any) -> Any:
+    """A read-only array from Ray's object store, copied into this process's memory."""
+    if isinstance(leaf, np.ndarray) and not leaf.flags.writeable:
+        return leaf.copy()
+    return leaf
