@@ -15,6 +15,7 @@ OTHER_FOLDERS = {
     "harness": "helpers shared by every folder (leak checks, save/load round trips)",
     "frameworks": "stoker under accelerate, Lightning and Hugging Face datasets",
     "torch_integration": "stoker.torch: a tests/torch package would shadow torch itself",
+    "ray_integration": "stoker's Ray workers: a tests/ray package would shadow ray itself",
 }
 RENAMED = {"torch": "torch_integration"}
 

@@ -223,7 +223,9 @@ class RayDeath:
         return None
 
     def describe(self, *, starting: bool = False) -> str:
-        who = f"worker {self.worker_id} (Ray actor {self.actor}, id {self.actor_id}, on {self.node})"
+        who = (
+            f"worker {self.worker_id} (Ray actor {self.actor}, id {self.actor_id}, on {self.node})"
+        )
         if starting:
             return (
                 f"{who} {self.reason} while starting, before it loaded any batch: in "
@@ -251,6 +253,14 @@ def _death_reason(error: BaseException, node_alive: bool | None) -> str:
 
 
 # -- the pool --------------------------------------------------------------------------
+class _Lost(Exception):
+    """An actor's call failed because the actor, or its node, is gone."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass(slots=True)
 class _Call:
     """A method call in flight on an actor, in the order it was made."""
@@ -383,55 +393,64 @@ class RayPool:
 
     def poll(self, timeout: float) -> tuple[list[tuple[int, Any, set[int]]], list[RayDeath]]:
         """Waits up to ``timeout`` s; returns ``(worker_id, message, set())`` and deaths."""
-        ray = self._ray
-        heads = {a.calls[0].ref: w for w, a in enumerate(self._actors) if a and a.calls}
+        heads = [a.calls[0].ref for a in self._actors if a is not None and a.calls]
         if not heads:
             time.sleep(min(timeout, 0.01))
             return [], []
         self._check_starts()
         wait = min(timeout, 0.5)  # wake up to check actors that are still being placed
-        ready, _ = ray.wait(list(heads), num_returns=1, timeout=wait, fetch_local=False)
+        ready, _ = self._ray.wait(heads, num_returns=1, timeout=wait, fetch_local=False)
         if not ready:
             return [], []
         messages: list[tuple[int, Any, set[int]]] = []
         deaths: list[RayDeath] = []
-        # every actor's answers in call order: take the ready calls at the head of each queue
-        batch: list[tuple[int, _Call]] = []
-        for worker_id, actor in enumerate(self._actors):
-            if actor is None:
-                continue
-            calls = list(actor.calls)
-            done, _ = ray.wait([c.ref for c in calls], num_returns=len(calls), timeout=0,
-                               fetch_local=False)  # fmt: skip
-            finished = set(done)
-            for call in calls:
-                if call.ref not in finished:
-                    break
-                batch.append((worker_id, call))
-        for worker_id, call in batch:
+        for worker_id, call in self._ready_calls():
             actor = self._actors[worker_id]
             if actor is None or actor.generation != call.generation or not actor.calls:
                 continue  # that actor died earlier in this poll
             actor.calls.popleft()
             began = time.perf_counter()
             try:
-                value = ray.get(call.ref)
-            except ray.exceptions.RayActorError as exc:
-                deaths.append(self._lost(worker_id, actor, exc))
+                value = self._fetch(worker_id, call)
+            except _Lost as lost:
+                deaths.append(self._lost(worker_id, actor, lost.error))
                 continue
-            except ray.exceptions.ObjectLostError as exc:  # its answer was on a lost node
-                deaths.append(self._lost(worker_id, actor, exc))
-                continue
-            except ray.exceptions.RayTaskError as exc:  # the answer could not be sent back
-                value = [self._unsendable(worker_id, call.message, exc)]
             spent = time.perf_counter() - began
             if call.message is None:
                 messages.append((worker_id, self._hello(worker_id, actor, value), set()))
                 continue
             for message in value:
-                messages.append((worker_id, self._received(worker_id, actor, message, spent), set()))
+                answer = self._received(worker_id, actor, message, spent)
+                messages.append((worker_id, answer, set()))
             self.transport_s += time.perf_counter() - began
         return messages, deaths
+
+    def _ready_calls(self) -> list[tuple[int, _Call]]:
+        """The finished calls at the head of each actor's queue: answers in call order."""
+        found: list[tuple[int, _Call]] = []
+        for worker_id, actor in enumerate(self._actors):
+            if actor is None or not actor.calls:
+                continue
+            calls = list(actor.calls)
+            done, _ = self._ray.wait(
+                [c.ref for c in calls], num_returns=len(calls), timeout=0, fetch_local=False
+            )
+            finished = set(done)
+            for call in calls:
+                if call.ref not in finished:
+                    break
+                found.append((worker_id, call))
+        return found
+
+    def _fetch(self, worker_id: int, call: _Call) -> Any:
+        """A finished call's value (pulled from the actor's node when it is another machine)."""
+        exceptions = self._ray.exceptions
+        try:
+            return self._ray.get(call.ref)
+        except (exceptions.RayActorError, exceptions.ObjectLostError) as exc:
+            raise _Lost(exc) from exc  # the actor, or its answer with its node, is gone
+        except exceptions.RayTaskError as exc:  # the answer could not be sent back
+            return [self._unsendable(worker_id, call.message, exc)]
 
     def _hello(self, worker_id: int, actor: _Actor, value: tuple[int, str, str, str]) -> Ready:
         actor.pid, actor.node_id, actor.node_address, actor.host = value
@@ -470,12 +489,31 @@ class RayPool:
         )
 
     def _lost(self, worker_id: int, actor: _Actor, exc: BaseException) -> RayDeath:
+        actor_id = str(getattr(exc, "actor_id", None) or actor.handle._actor_id.hex())
+        if not actor.node_id:  # it died before it answered: ask Ray where it was placed
+            self._locate(actor, actor_id)
         alive = self._node_alive(actor.node_id)
         actor.calls.clear()
         with contextlib.suppress(Exception):
             self._ray.kill(actor.handle, no_restart=True)
-        actor_id = getattr(exc, "actor_id", None) or actor.handle._actor_id.hex()
-        return RayDeath(worker_id, actor.name, str(actor_id)[:16], actor.where(), _death_reason(exc, alive))
+        if not getattr(exc, "actor_init_failed", False):
+            # killed or lost with its node: nothing says a replacement would fail too (an
+            # exception in __init__, the spec's unpickling, would: that one stays a start-up
+            # failure)
+            self.initialised.add(worker_id)
+        reason = _death_reason(exc, alive)
+        return RayDeath(worker_id, actor.name, actor_id[:16], actor.where(), reason)
+
+    def _locate(self, actor: _Actor, actor_id: str) -> None:
+        """Fills in the node of an actor that never answered, from Ray's actor table."""
+        with contextlib.suppress(Exception):
+            from ray._private import state
+
+            address = state.actors(actor_id=actor_id)["Address"]
+            node_id = address["NodeID"]
+            if node_id and set(node_id) != {"f"}:  # Ray's nil id: never placed
+                actor.node_id, actor.node_address = node_id, address["IPAddress"]
+                actor.host = "?"
 
     def _node_alive(self, node_id: str) -> bool | None:
         """Whether Ray's cluster still lists that node as alive (None: cannot tell)."""
@@ -501,9 +539,10 @@ class RayPool:
             if now - actor.created < self.options.start_timeout_s:
                 continue
             try:
-                free = {k: v for k, v in self._ray.available_resources().items() if "node:" not in k}
+                free = self._ray.available_resources()
             except Exception:
                 free = {}
+            free = {k: v for k, v in free.items() if "node:" not in k}
             msg = (
                 f"Ray actor {actor.name} (worker {worker_id}) was not placed and started within "
                 f"{self.options.start_timeout_s:g} s. Each actor asks for "

@@ -179,7 +179,8 @@ class LoaderStats:
         for node, figures in self.nodes.items():
             lines.append(figures.describe(f"{node}, {figures.actors} actor(s)", self.wall_s))
         for name, figures in self.actors.items():
-            lines.append(figures.describe(f"  actor {name} (worker {figures.worker_id})", self.wall_s))
+            who = f"  actor {name} (worker {figures.worker_id})"
+            lines.append(figures.describe(who, self.wall_s))
         lines += [f"autotune: {decision}" for decision in self.autotune]
         return "\n".join(lines)
 

@@ -1,0 +1,169 @@
+"""Ray actors as workers: the same batches as num_workers=0, exact resume, errors, stats, close."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import stoker
+from ray_integration.conftest import stoker_actors, wait_no_stoker_actors
+from ray_integration.ray_datasets import BrokenSample, Counting, FailsAt, Noisy
+
+ray = pytest.importorskip("ray", reason="Ray workers need ray: pip install 'stoker[ray]'")
+
+ON_LOADING_NODES = stoker.RayWorkers(resources={"preprocess": 1})
+
+
+def _key(batch: dict) -> tuple:
+    """A batch as comparable values: its indices and the bytes of every array."""
+    return (
+        tuple(np.asarray(batch["index"]).tolist()),
+        np.asarray(batch["noise"]).tobytes(),
+        np.asarray(batch["image"]).tobytes() if "image" in batch else b"",
+    )
+
+
+def _loader(dataset, **kwargs) -> stoker.DataLoader:
+    options = {"batch_size": 4, "shuffle": True, "generator": 7, **kwargs}
+    return stoker.DataLoader(dataset, **options)
+
+
+def test_batches_equal_those_of_num_workers_0_in_order(cluster) -> None:
+    dataset = Noisy(48)
+    expected = [_key(b) for b in _loader(dataset)]
+    loader = _loader(dataset, num_workers=3, worker_mode=ON_LOADING_NODES)
+    got = [_key(b) for b in loader]
+    assert got == expected  # same order, same random draws, whichever actor loaded a sample
+    figures = loader.stats()
+    assert sum(a.batches for a in figures.actors.values()) == len(expected)
+    assert len(figures.actors) == 3
+
+
+def test_out_of_order_delivers_every_index_once_with_the_same_batches(cluster) -> None:
+    dataset = Noisy(40, delay_s=0.002)
+    expected = sorted(_key(b) for b in _loader(dataset))
+    loader = _loader(dataset, num_workers=2, worker_mode=ON_LOADING_NODES, in_order=False)
+    got = [_key(b) for b in loader]
+    assert sorted(got) == expected
+    indices = [i for key in got for i in key[0]]
+    assert sorted(indices) == list(range(40))
+
+
+def test_batches_are_writable_copies_unless_zero_copy(cluster) -> None:
+    dataset = Noisy(8, side=128)  # 64 KiB per image: Ray's object store carries the batch
+    copied = next(iter(_loader(dataset, num_workers=1, worker_mode="ray")))
+    assert copied["image"].flags.writeable
+    loaded = copied["image"].copy()
+    copied["image"] += 1  # a user may normalise in place, as with process workers
+    zero = stoker.RayWorkers(zero_copy=True)
+    loader = _loader(dataset, num_workers=1, worker_mode=zero)
+    view = next(iter(loader))
+    assert not view["image"].flags.writeable
+    np.testing.assert_array_equal(view["image"], loaded)
+    del view
+    gc.collect()
+
+
+def test_state_dict_resumes_exactly_across_process_workers_and_ray_actors(cluster) -> None:
+    dataset = Noisy(40)
+    expected = [_key(b) for b in _loader(dataset)]
+    # saved by process workers mid-epoch, resumed by Ray actors
+    process_loader = _loader(dataset, num_workers=2)
+    it = iter(process_loader)
+    first = [_key(next(it)) for _ in range(3)]
+    state = process_loader.state_dict()
+    del it
+    ray_loader = _loader(dataset, num_workers=2, worker_mode=ON_LOADING_NODES)
+    ray_loader.load_state_dict(state)
+    it = iter(ray_loader)
+    middle = [_key(next(it)) for _ in range(4)]
+    # saved by Ray actors mid-epoch, resumed by process workers
+    state = ray_loader.state_dict()
+    del it
+    back = _loader(dataset, num_workers=2)
+    back.load_state_dict(state)
+    rest = [_key(b) for b in back]
+    assert first + middle + rest == expected
+
+
+def test_iterable_dataset_is_sharded_over_actors_and_persistent_actors_serve_two_epochs(
+    cluster,
+) -> None:
+    loader = stoker.DataLoader(
+        Counting(30), batch_size=5, num_workers=2, persistent_workers=True,
+        worker_mode=ON_LOADING_NODES,
+    )  # fmt: skip
+    for _epoch in range(2):
+        names = None
+        indices = []
+        for batch in loader:
+            indices += np.asarray(batch["index"]).tolist()
+            names = names or stoker_actors()
+        assert sorted(indices) == list(range(30))  # each index once: the actors shard the stream
+        assert len(names) == 2
+    assert stoker_actors() == names  # persistent: the same actors, between epochs too
+    loader.close()
+    assert wait_no_stoker_actors() == []
+
+
+def test_a_dataset_error_arrives_with_its_type_index_actor_and_traceback(cluster) -> None:
+    loader = stoker.DataLoader(FailsAt(16, bad=5), batch_size=4, num_workers=2, worker_mode="ray")
+    it = iter(loader)
+    assert np.asarray(next(it)["index"]).tolist() == [0, 1, 2, 3]
+    with pytest.raises(BrokenSample, match="sample 5 is corrupt") as caught:
+        next(it)
+    note = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "Raised in stoker worker 1" in note
+    assert "while loading indices [4, 5, 6, 7]" in note
+    assert "ray_datasets.py" in note and "raise BrokenSample" in note  # the actor's traceback
+    # the iterator goes on with the next batch, as with process workers
+    assert np.asarray(next(it)["index"]).tolist() == [8, 9, 10, 11]
+    del it
+
+
+def test_close_and_an_abandoned_iterator_leave_no_actor_behind(cluster) -> None:
+    loader = _loader(Noisy(400), num_workers=2, worker_mode=ON_LOADING_NODES)
+    it = iter(loader)
+    next(it)
+    assert len(stoker_actors()) == 2
+    del it  # abandoned mid-epoch, with batches in flight
+    gc.collect()
+    assert wait_no_stoker_actors() == []
+    persistent = _loader(Noisy(400), num_workers=2, worker_mode="ray", persistent_workers=True)
+    it = iter(persistent)
+    next(it)
+    persistent.close()
+    assert wait_no_stoker_actors() == []
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_actors_go_where_their_resources_are_and_stats_show_each_node(cluster) -> None:
+    loader = _loader(Noisy(64, side=64), num_workers=4, worker_mode=ON_LOADING_NODES)
+    assert len(list(loader)) == 16
+    figures = loader.stats()
+    head = next(n["NodeID"] for n in ray.nodes() if n["Resources"].get("trainer"))
+    nodes = figures.nodes
+    # four actors asking for {"preprocess": 1}: two on each loading node, none on the head
+    assert sorted(n.actors for n in nodes.values()) == [2, 2]
+    assert not any(head[:12] in name for name in nodes)
+    assert sum(n.batches for n in nodes.values()) == 16
+    assert all(n.bytes >= n.batches * 4 * 64 * 64 * 4 for n in nodes.values())
+    assert all(n.transfer_s > 0 and n.busy_s > 0 for n in nodes.values())
+    text = str(figures)
+    assert text.count("2 actor(s): ") == 2
+    assert "transfer " in text and "MiB/s" in text
+
+
+def test_an_actor_that_cannot_be_placed_is_named_with_the_request(cluster) -> None:
+    options = stoker.RayWorkers(resources={"gpu_free_node": 1}, start_timeout_s=1.5)
+    loader = _loader(Noisy(8), num_workers=1, worker_mode=options)
+    with pytest.raises(stoker.WorkerError) as caught:
+        next(iter(loader))
+    text = str(caught.value)
+    assert "was not placed and started within 1.5 s" in text
+    assert "1 CPU and {'gpu_free_node': 1}" in text
+    assert "'preprocess': " in text  # what the cluster does have free
+    assert wait_no_stoker_actors() == []
