@@ -72,3 +72,16 @@ class Counting(IterableDataset):
 
     def load_state_dict(self, state: dict) -> None:
         self._resume_at = state["position"]
+
+
+class StallsAt(Noisy):
+    """Sleeps for a minute at one index: a stuck sample."""
+
+    def __init__(self, n: int, slow: int) -> None:
+        super().__init__(n)
+        self.slow = slow
+
+    def __getitem__(self, i: int) -> dict:
+        if i == self.slow:
+            time.sleep(60)
+        return super().__getitem__(i)

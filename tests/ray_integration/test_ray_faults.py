@@ -10,7 +10,7 @@ import pytest
 
 import stoker
 from ray_integration.conftest import node_args, stoker_actors, wait_no_stoker_actors
-from ray_integration.ray_datasets import Noisy
+from ray_integration.ray_datasets import Noisy, StallsAt
 
 ray = pytest.importorskip("ray", reason="Ray workers need ray: pip install 'stoker[ray]'")
 
@@ -109,3 +109,20 @@ def test_a_lost_node_is_named_and_its_actors_replaced_elsewhere(cluster) -> None
             cluster.remove_node(refuge)
         if doomed in cluster.worker_nodes:
             cluster.remove_node(doomed)
+
+
+def test_a_stuck_actor_times_out_with_its_stack(cluster) -> None:
+    loader = stoker.DataLoader(
+        StallsAt(16, slow=6), batch_size=4, num_workers=2, worker_mode="ray", timeout=2
+    )
+    it = iter(loader)
+    assert np.asarray(next(it)["index"]).tolist() == [0, 1, 2, 3]
+    with pytest.raises(stoker.WorkerError) as caught:
+        next(it)
+    text = str(caught.value)
+    assert "timed out after 2 seconds waiting for the batch at indices [4, 5, 6, 7]" in text
+    assert "from worker 1 (pid " in text
+    # the stack of the actor's loop thread, asked of the actor while the sample sleeps
+    assert "Ray actor stoker-" in text
+    assert "in __getitem__" in text and "time.sleep(60)" in text
+    assert wait_no_stoker_actors() == []

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,4 +171,38 @@ def test_an_actor_that_cannot_be_placed_is_named_with_the_request(cluster) -> No
     assert "was not placed and started within 1.5 s" in text
     assert "1 CPU and {'gpu_free_node': 1}" in text
     assert "'preprocess': " in text  # what the cluster does have free
+    assert wait_no_stoker_actors() == []
+
+
+_TRAINER = """
+import os, signal, sys, ray, stoker
+from ray_integration.ray_datasets import Noisy
+ray.init(address=sys.argv[1], _node_ip_address="127.0.0.1", log_to_driver=False)
+loader = stoker.DataLoader(
+    Noisy(400, delay_s=0.01), batch_size=4, num_workers=2, worker_mode="ray",
+    persistent_workers=True,
+)
+it = iter(loader)
+next(it)
+print(" ".join(loader._pool.actor_names()), flush=True)
+if sys.argv[2] == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("end", ["exits", "killed"])
+def test_a_trainer_that_ends_without_close_leaves_no_actor(cluster, end) -> None:
+    env = dict(os.environ)
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    src = str(Path(stoker.__file__).parent.parent)
+    tests = str(Path(__file__).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, tests, env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", _TRAINER, cluster.address, end],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    names = result.stdout.split()
+    assert len(names) == 2 and all(n.startswith("stoker-") for n in names), result.stderr[-2000:]
+    assert result.returncode == (-signal.SIGKILL if end == "killed" else 0)
+    # at exit the loader's finalizer kills its actors; a killed trainer's actors go with its job
     assert wait_no_stoker_actors() == []

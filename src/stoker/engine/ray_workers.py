@@ -9,14 +9,16 @@ still schedules, reorders, re-issues and accounts; :class:`RayPool` stands where
 One batch, Ray's way:
 
 1. the iterator sends a :class:`~stoker.engine.messages.Task`: :meth:`RayPool.send` calls
-   the actor's ``handle`` method, which returns an object reference at once. A Ray actor
-   runs the calls of one caller in the order they were made, so the actor sees
-   ``StartEpoch`` before the epoch's tasks, as a process worker does;
-2. inside the actor, the worker loop of :mod:`stoker.engine.worker` (the same
-   ``_WorkerLoop``: seeding, ``worker_init_fn``, per-sample random scopes, fetch and
-   collate) loads the batch and answers ``Done`` / ``Failed`` / ``Exhausted``. There is no
-   shared memory across machines: the answer is the actor's return value, and Ray puts a
-   large one in its object store, where numpy arrays travel as raw buffers;
+   the actor's ``handle`` method with the message's number in that actor's sequence, and
+   gets an object reference back at once;
+2. inside the actor, stoker's worker loop (:func:`stoker.engine.worker.run_worker`, the
+   one process and thread workers run: seeding, ``worker_init_fn``, per-sample random
+   scopes, fetch and collate) runs in a thread of its own and takes the messages in their
+   numbered order, so it sees ``StartEpoch`` before the epoch's tasks, as a process worker
+   does. It answers ``Done`` / ``Failed`` / ``Exhausted``, which become the call's return
+   value. There is no shared memory across machines: Ray puts a large return value in its
+   object store, where numpy arrays travel as raw buffers, while the loop already loads
+   the next batch;
 3. :meth:`RayPool.poll` waits on every reference in flight, fetches the ready ones
    together (concurrent pulls from the other nodes), and hands the answers to the
    iterator in each actor's call order. The time the fetch takes is the batch's
@@ -34,12 +36,17 @@ reference the pool holds; Ray also ends the actors of a driver that exits.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import dataclasses
 import os
+import queue
 import socket
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import count
@@ -50,19 +57,14 @@ import numpy as np
 from stoker._errors import WorkerError
 from stoker._tree import map_leaves
 from stoker.engine import random_scopes, transport
-from stoker.engine.messages import (
-    Done,
-    Failed,
-    Ready,
-    StartEpoch,
-    WorkerSpec,
-)
+from stoker.engine.messages import Done, Failed, Ready, WorkerSpec
 from stoker.engine.pool import Ledger, PoolState
-from stoker.engine.worker import _WorkerLoop, cap_threads, describe_failure
+from stoker.engine.worker import cap_threads, describe_failure, run_worker
 
 __all__ = ["RayDeath", "RayPool", "RayWorkers", "ray_options"]
 
 _DEFAULT_START_TIMEOUT_S = 120.0
+_STACK_TIMEOUT_S = 5.0
 _pool_numbers = count()
 
 
@@ -165,42 +167,112 @@ def _ray() -> Any:
 
 # -- the actor -------------------------------------------------------------------------
 class _LoaderActor:
-    """One worker, as a Ray actor: the worker loop of stoker.engine.worker, called by method.
+    """One worker, as an async Ray actor around stoker's worker loop.
 
-    Ray's ``handle`` calls run one at a time, in the order the trainer made them.
+    The loop (:func:`stoker.engine.worker.run_worker`, the one process and thread workers
+    run) lives in a thread of the actor's own, for the actor's whole life, so its
+    thread-local state (worker info, random scopes) is one thread's, as in a process
+    worker. Each ``handle(seq, message)`` call queues its message for the loop, in
+    ``seq`` order whatever order Ray runs the calls in, and returns what the loop answered
+    for it. While Ray stores one answer in its object store and sends it, the loop
+    already loads the next batch: the hand-off is off the loading path, as with the
+    sender thread of a process worker.
     """
 
     def __init__(self, worker_id: int, spec: WorkerSpec) -> None:
         if spec.threads is not None:
             cap_threads(spec.threads)
         random_scopes.install()  # after the spec's modules (torch, maybe) are imported
-        self._out: list[Any] = []
-        self._loop = _WorkerLoop(worker_id, spec, self._collect, None, True)
-        self._worker_id = worker_id
-        self._finished = time.perf_counter()
-        self._failed_start = False
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._answers: list[Any] = []
+        self._current: tuple[Any, Any] | None = None  # (event loop, future) being answered
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._next = 0
+        self._turn: Any = None  # an asyncio.Condition, made in the actor's event loop
+        self._thread = threading.Thread(
+            target=self._run, args=(worker_id, spec), name="stoker-ray-worker", daemon=True
+        )
+        self._thread.start()
+
+    # the loop's side, in its thread
+    def _run(self, worker_id: int, spec: WorkerSpec) -> None:
+        try:
+            run_worker(worker_id, spec, self._receive, self._collect, None, True)
+        finally:  # it stopped (a start-up failure): every call from now on answers nothing
+            with self._lock:
+                self._stopped = True
+            self._settle_current()
+            while True:
+                try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    _settle(item[0], item[1], [])
 
     def _collect(self, message: Any, _allocator: Any) -> None:
-        self._out.append(message)
+        self._answers.append(message)
 
-    def hello(self) -> tuple[int, str, str, str]:
+    def _receive(self) -> Any:
+        """The loop asks for its next message: the one before it is fully answered."""
+        if self._current is None:
+            self._answers = []  # Ready, sent as the loop starts: the hello call says it
+        self._settle_current()
+        item = self._inbox.get()
+        if item is None:
+            return None
+        loop, future, message = item
+        self._current = (loop, future)
+        return message
+
+    def _settle_current(self) -> None:
+        if self._current is not None:
+            answers, self._answers = self._answers, []
+            _settle(*self._current, answers)
+            self._current = None
+
+    # Ray's side, in the actor's event loop
+    async def hello(self) -> tuple[int, str, str, str]:
         """(pid, node id, node address, host name) of this actor."""
         ray = _ray()
-        context = ray.get_runtime_context()
-        return os.getpid(), context.get_node_id(), ray.util.get_node_ip_address(), _hostname()
+        node = ray.get_runtime_context().get_node_id()
+        return os.getpid(), node, ray.util.get_node_ip_address(), _hostname()
 
-    def handle(self, message: Any) -> list[Any]:
-        """Runs one message through the worker loop; returns what the loop answered."""
-        began = time.perf_counter()
-        self._loop.idle += began - self._finished
-        self._out = out = []
-        if message.__class__ is StartEpoch:
-            if not self._loop.start_epoch(message):
-                self._failed_start = True
-        elif not self._failed_start:
-            self._loop.run_task(message)
-        self._finished = time.perf_counter()
-        return out
+    async def handle(self, seq: int, message: Any) -> list[Any]:
+        """Queues message number ``seq`` for the loop; returns the loop's answers to it."""
+        loop = asyncio.get_running_loop()
+        if self._turn is None:
+            self._turn = asyncio.Condition()
+        async with self._turn:
+            await self._turn.wait_for(lambda: self._next == seq)
+            future = loop.create_future()
+            with self._lock:
+                if self._stopped:
+                    future.set_result([])
+                else:
+                    self._inbox.put((loop, future, message))
+            self._next += 1
+            self._turn.notify_all()
+        return await future
+
+    async def stack(self) -> str:
+        """The loop thread's Python stack, as text (for a batch that takes too long)."""
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        if frame is None:
+            return "(the worker loop is not running)"
+        return "".join(traceback.format_stack(frame))
+
+
+def _settle(loop: Any, future: Any, answers: list[Any]) -> None:
+    """Resolves an actor call's future from the loop thread."""
+
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(answers)
+
+    with contextlib.suppress(RuntimeError):  # the event loop is closed: the actor is ending
+        loop.call_soon_threadsafe(resolve)
 
 
 def _hostname() -> str:
@@ -277,6 +349,7 @@ class _Actor:
     generation: int
     created: float
     calls: collections.deque[_Call] = field(default_factory=collections.deque)
+    sent: int = 0  # messages sent so far: the next one's place in the actor's queue
     pid: int | None = None
     node_id: str = ""
     node_address: str = ""
@@ -388,7 +461,9 @@ class RayPool:
         actor = self._actors[worker_id]
         if actor is None:
             return False
-        actor.calls.append(_Call(actor.handle.handle.remote(message), message, actor.generation))
+        ref = actor.handle.handle.remote(actor.sent, message)
+        actor.sent += 1
+        actor.calls.append(_Call(ref, message, actor.generation))
         return True
 
     def poll(self, timeout: float) -> tuple[list[tuple[int, Any, set[int]]], list[RayDeath]]:
@@ -557,14 +632,19 @@ class RayPool:
         return actor.pid if actor is not None else None
 
     def dump_stack(self, worker_id: int) -> str:
-        """Where to find a stuck actor's stack (Ray runs one call at a time in it)."""
+        """A stuck actor's Python stack, asked of the actor (its loop runs in a thread)."""
         actor = self._actors[worker_id]
         if actor is None:
             return "(no actor)"
-        return (
-            f"(Ray actor {actor.name}, pid {actor.pid}, on {actor.where()}: run `ray stack` on "
-            "that machine, or `py-spy dump --pid` with the pid, to see its stack)"
-        )
+        where = f"Ray actor {actor.name}, pid {actor.pid}, on {actor.where()}"
+        try:
+            stack = self._ray.get(actor.handle.stack.remote(), timeout=_STACK_TIMEOUT_S)
+        except Exception as exc:
+            return (
+                f"({where} did not give its stack ({type(exc).__name__}); run `py-spy dump "
+                "--pid` with that pid on that machine)"
+            )
+        return f"({where})\n{stack}"
 
     # -- stopping ----------------------------------------------------------------
     def shutdown(self) -> None:
