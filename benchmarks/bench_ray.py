@@ -125,7 +125,7 @@ def run(workload: Any, rounds: int, quick: bool) -> dict[str, Any]:
         for r in range(rounds):
             order = ("process", "ray") if r % 2 == 0 else ("ray", "process")
             for engine in order:
-                bench_engine.wait_for_idle(5.0)
+                bench_engine.wait_for_idle(2.0)
                 rate, cpu_ms, total_ms = time_round(loaders[engine], workload.warmup, timed)
                 rates[engine].append(rate)
                 cpu[engine].append(cpu_ms)

@@ -705,8 +705,17 @@ class DataLoader(Generic[T]):
         if self.__dict__.get("_autotuner") is not None and not self.persistent_workers:
             return self._autotuner  # keep what earlier epochs learned
         return AutoTuner(
-            tune_workers, tune_prefetch, max_workers=cpu_budget(), memory_budget=self.memory_budget
+            tune_workers,
+            tune_prefetch,
+            max_workers=self._max_workers(),
+            memory_budget=self.memory_budget,
         )
+
+    def _max_workers(self) -> int:
+        """How far ``num_workers="auto"`` may grow: this machine's cores, or the Ray cluster's."""
+        if self.ray_workers is not None:
+            return self.ray_workers.max_actors()
+        return cpu_budget()
 
     def _deliver(self, batch: Any) -> Any:
         """The last step before a batch reaches the user (stoker.torch converts to tensors)."""

@@ -85,3 +85,9 @@ class StallsAt(Noisy):
         if i == self.slow:
             time.sleep(60)
         return super().__getitem__(i)
+
+
+def failing_init(worker_id: int) -> None:
+    """A worker_init_fn that fails in worker 1."""
+    if worker_id == 1:
+        raise RuntimeError(f"worker {worker_id} cannot open its database")

@@ -14,7 +14,7 @@ import pytest
 
 import stoker
 from ray_integration.conftest import stoker_actors, wait_no_stoker_actors
-from ray_integration.ray_datasets import BrokenSample, Counting, FailsAt, Noisy
+from ray_integration.ray_datasets import BrokenSample, Counting, FailsAt, Noisy, failing_init
 
 ray = pytest.importorskip("ray", reason="Ray workers need ray: pip install 'stoker[ray]'")
 
@@ -56,16 +56,17 @@ def test_out_of_order_delivers_every_index_once_with_the_same_batches(cluster) -
     assert sorted(indices) == list(range(40))
 
 
-def test_batches_are_writable_copies_unless_zero_copy(cluster) -> None:
+def test_batches_are_views_of_the_object_store_or_writable_copies(cluster) -> None:
     dataset = Noisy(8, side=128)  # 64 KiB per image: Ray's object store carries the batch
-    copied = next(iter(_loader(dataset, num_workers=1, worker_mode="ray")))
+    copies = stoker.RayWorkers(zero_copy=False)
+    copied = next(iter(_loader(dataset, num_workers=1, worker_mode=copies)))
     assert copied["image"].flags.writeable
     loaded = copied["image"].copy()
     copied["image"] += 1  # a user may normalise in place, as with process workers
-    zero = stoker.RayWorkers(zero_copy=True)
-    loader = _loader(dataset, num_workers=1, worker_mode=zero)
-    view = next(iter(loader))
+    view = next(iter(_loader(dataset, num_workers=1, worker_mode="ray")))  # zero_copy=True
     assert not view["image"].flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        view["image"] += 1  # a view of the store fails loudly, never writes into it
     np.testing.assert_array_equal(view["image"], loaded)
     del view
     gc.collect()
@@ -206,3 +207,25 @@ def test_a_trainer_that_ends_without_close_leaves_no_actor(cluster, end) -> None
     assert result.returncode == (-signal.SIGKILL if end == "killed" else 0)
     # at exit the loader's finalizer kills its actors; a killed trainer's actors go with its job
     assert wait_no_stoker_actors() == []
+
+
+def test_a_failing_worker_init_fn_is_reported_with_its_worker(cluster) -> None:
+    loader = stoker.DataLoader(
+        Noisy(16), batch_size=4, num_workers=2, worker_mode="ray", worker_init_fn=failing_init
+    )
+    with pytest.raises(RuntimeError, match="worker 1 cannot open its database") as caught:
+        list(loader)
+    note = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "Raised in stoker worker 1" in note
+    assert "in worker_init_fn or while starting the worker" in note
+    assert "failing_init" in note  # the actor's traceback
+    assert wait_no_stoker_actors() == []
+
+
+def test_auto_grows_actors_up_to_what_the_cluster_holds(cluster) -> None:
+    dataset = Noisy(64, delay_s=0.003)
+    expected = [_key(b) for b in _loader(dataset)]
+    loader = _loader(dataset, num_workers="auto", worker_mode=ON_LOADING_NODES)
+    assert [_key(b) for b in loader] == expected
+    # the ceiling is the cluster's, not this machine's: two nodes with {"preprocess": 2}
+    assert loader._autotuner.max_workers == 4
