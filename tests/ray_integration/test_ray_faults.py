@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import stoker
-from ray_integration.conftest import node_args, stoker_actors, wait_no_stoker_actors
+from ray_integration.cluster_helpers import node_args, stoker_actors, wait_no_stoker_actors
 from ray_integration.ray_datasets import Noisy, StallsAt
 
 ray = pytest.importorskip("ray", reason="Ray workers need ray: pip install 'stoker[ray]'")

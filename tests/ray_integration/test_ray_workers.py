@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import stoker
-from ray_integration.conftest import stoker_actors, wait_no_stoker_actors
+from ray_integration.cluster_helpers import stoker_actors, wait_no_stoker_actors
 from ray_integration.ray_datasets import BrokenSample, Counting, FailsAt, Noisy, failing_init
 
 ray = pytest.importorskip("ray", reason="Ray workers need ray: pip install 'stoker[ray]'")

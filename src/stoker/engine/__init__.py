@@ -26,6 +26,9 @@ One batch, hop by hop, with the file that does each step:
 
 Alongside: ``random_scopes.py`` serves global random draws from per-sample generators
 (the seeding story is in :mod:`stoker.seeding`), ``autotune.py`` grows workers and prefetch
-while an epoch runs (``"auto"``), ``termination.py`` stops every pool on SIGTERM.
+while an epoch runs (``"auto"``), ``termination.py`` stops every pool on SIGTERM, and
+``ray_workers.py`` stands in for ``pool.py`` when the workers are Ray actors on other
+machines (``worker_mode="ray"``: the same worker loop, answers through Ray's object store
+instead of shared memory).
 ``docs/engine.md`` has the design notes.
 """
