@@ -176,11 +176,15 @@ def test_an_actor_that_cannot_be_placed_is_named_with_the_request(cluster) -> No
 
 
 _TRAINER = """
-import os, signal, sys, ray, stoker
+import os, signal, sys, stoker
 from ray_integration.ray_datasets import Noisy
-ray.init(address=sys.argv[1], _node_ip_address="127.0.0.1", log_to_driver=False)
+# stoker connects this process to the cluster (RayWorkers(address=...))
+workers = stoker.RayWorkers(
+    address=sys.argv[1],
+    init_options={"_node_ip_address": "127.0.0.1", "log_to_driver": False},
+)
 loader = stoker.DataLoader(
-    Noisy(400, delay_s=0.01), batch_size=4, num_workers=2, worker_mode="ray",
+    Noisy(400, delay_s=0.01), batch_size=4, num_workers=2, worker_mode=workers,
     persistent_workers=True,
 )
 it = iter(loader)
