@@ -266,7 +266,7 @@ _METHODS = multiprocessing.get_all_start_methods()
         (
             {"worker_mode": "fiber"},
             ValueError,
-            "worker_mode must be one of ('process', 'thread', 'auto'), got 'fiber'",
+            "worker_mode must be one of ('process', 'thread', 'auto', 'ray'), got 'fiber'",
         ),
         (
             {"on_worker_death": "ignore"},

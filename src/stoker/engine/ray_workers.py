@@ -406,7 +406,8 @@ class RayPool:
         self.memory_watch = None
         self.batch_bytes: int | None = None
         self.warned_unsharded = False
-        self.deferred: list[int] = []
+        self.deferred: list[int] = []  # every actor starts at once: Ray places them in parallel
+        self.ramp = False
         self.transport_s = 0.0
         self._recorder = recorder
         self._number = next(_pool_numbers)
@@ -437,7 +438,7 @@ class RayPool:
     def is_started(self, worker_id: int) -> bool:
         return self._actors[worker_id] is not None
 
-    def start_deferred(self) -> list[int]:
+    def start_deferred(self, limit: int | None = None) -> list[int]:
         return []
 
     def processes(self) -> list[Any]:
