@@ -233,3 +233,21 @@ def test_auto_grows_actors_up_to_what_the_cluster_holds(cluster) -> None:
     assert [_key(b) for b in loader] == expected
     # the ceiling is the cluster's, not this machine's: two nodes with {"preprocess": 2}
     assert loader._autotuner.max_workers == 4
+
+
+def test_stoker_torch_gets_tensors_from_actors(cluster) -> None:
+    torch = pytest.importorskip("torch", reason="stoker.torch needs torch")
+    from stoker.torch import DataLoader as TorchLoader
+
+    dataset = Noisy(24, side=64)  # 16 KiB images: the batches lie in Ray's object store
+    options = {"batch_size": 4, "shuffle": True, "generator": torch.Generator().manual_seed(5)}
+    expected = list(TorchLoader(dataset, **options))
+    options["generator"] = torch.Generator().manual_seed(5)
+    # read-only views of the store become tensors without torch's non-writable warning
+    # (warnings are errors in this suite): stoker.torch copies them
+    got = list(TorchLoader(dataset, num_workers=2, worker_mode=ON_LOADING_NODES, **options))
+    assert len(got) == len(expected) == 6
+    for mine, theirs in zip(got, expected, strict=True):
+        assert isinstance(mine["image"], torch.Tensor)
+        assert torch.equal(mine["image"], theirs["image"])
+        assert torch.equal(mine["index"], theirs["index"])
