@@ -429,14 +429,46 @@ def _stop_node(node: Any) -> None:
 # ----------------------------------------------------------------------------- measuring
 
 
-def _children_cpu_s() -> float | None:
-    """CPU seconds used so far by this process's live children (None without /proc)."""
-    from stoker._proc import descendants, process_cpu_s
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-    if process_cpu_s(os.getpid()) is None:
-        return None
-    children = descendants(os.getpid(), helpers=True)
-    return sum(s for pid in children if (s := process_cpu_s(pid)) is not None)
+
+@dataclass(slots=True)
+class Usage:
+    """CPU seconds in user and kernel mode, and minor page faults, of some processes."""
+
+    user_s: float = 0.0
+    sys_s: float = 0.0
+    faults: int = 0
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            self.user_s - other.user_s, self.sys_s - other.sys_s, self.faults - other.faults
+        )
+
+
+def _usage(pids: list[int]) -> Usage | None:
+    """The summed :class:`Usage` of ``pids`` (all their threads), None without /proc."""
+    total = Usage()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            if pid == os.getpid():
+                return None
+            continue  # a worker that exited
+        # after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+        # cmajflt utime stime ...
+        total.faults += int(fields[7])
+        total.user_s += int(fields[11]) / _TICKS
+        total.sys_s += int(fields[12]) / _TICKS
+    return total
+
+
+def _worker_pids() -> list[int]:
+    from stoker._proc import descendants
+
+    return descendants(os.getpid(), helpers=True)
 
 
 def _machine_busy_s() -> float | None:
@@ -448,8 +480,8 @@ def _machine_busy_s() -> float | None:
 @dataclass(slots=True)
 class Epoch:
     rate: float  # timed batches per second
-    main_cpu_ms: float  # this process (trainer and its threads) per timed batch
-    child_cpu_ms: float | None  # worker processes per timed batch
+    main: Usage | None  # this process (trainer and its threads), per timed batch
+    workers: Usage | None  # worker processes, per timed batch
     foreign_cores: float | None  # CPUs other processes kept busy during the timed batches
 
 
@@ -478,24 +510,28 @@ def time_epoch(loader: Loader, workload: Workload, timed: int) -> Epoch:
     iterator = loader.epoch()
     for _ in range(workload.warmup):
         indices.append(np.array(next(iterator)[field_], dtype=np.int64))
-    children0, busy0 = _children_cpu_s(), _machine_busy_s()
-    cpu0 = time.process_time()
+    pids = _worker_pids()
+    main0, workers0, busy0 = _usage([os.getpid()]), _usage(pids), _machine_busy_s()
     start = time.perf_counter()
     for _ in range(timed):
         indices.append(np.array(next(iterator)[field_], dtype=np.int64))  # a copy: drop batch
     elapsed = time.perf_counter() - start
-    cpu = time.process_time() - cpu0
-    children1, busy1 = _children_cpu_s(), _machine_busy_s()
+    main1, workers1, busy1 = _usage([os.getpid()]), _usage(pids), _machine_busy_s()
     for batch in iterator:  # the epoch must end here
         indices.append(np.array(batch[field_], dtype=np.int64))
     check_exactly_once(loader.name, indices, len(loader.dataset))
-    child = foreign = None
-    if children0 is not None and children1 is not None:
-        child = children1 - children0
+    main = workers = foreign = None
+    if main0 is not None and main1 is not None and workers0 is not None and workers1 is not None:
+        main, workers = main1 - main0, workers1 - workers0
         if busy0 is not None and busy1 is not None:
-            foreign = max(0.0, (busy1 - busy0) - cpu - child) / elapsed
-        child = child * 1e3 / timed
-    return Epoch(timed / elapsed, cpu * 1e3 / timed, child, foreign)
+            used = main.user_s + main.sys_s + workers.user_s + workers.sys_s
+            foreign = max(0.0, (busy1 - busy0) - used) / elapsed
+        main, workers = _per_batch(main, timed), _per_batch(workers, timed)
+    return Epoch(timed / elapsed, main, workers, foreign)
+
+
+def _per_batch(usage: Usage, batches: int) -> Usage:
+    return Usage(usage.user_s / batches, usage.sys_s / batches, usage.faults // batches)
 
 
 def time_first_batch(name: str, dataset: Any, batch_size: int, field_: int) -> float:
@@ -574,8 +610,8 @@ class WorkloadResult:
     samples: int
     timed: int
     rates: dict[str, list[float]] = field(default_factory=dict)
-    main_cpu_ms: dict[str, list[float]] = field(default_factory=dict)
-    child_cpu_ms: dict[str, list[float]] = field(default_factory=dict)
+    main_usage: dict[str, list[Usage]] = field(default_factory=dict)
+    worker_usage: dict[str, list[Usage]] = field(default_factory=dict)
     ttfb_s: dict[str, list[float]] = field(default_factory=dict)
     foreign_cores: list[float] = field(default_factory=list)
     checked_epochs: dict[str, int] = field(default_factory=dict)
@@ -630,9 +666,9 @@ def run_workload(
             for name in rotated(present, round_):
                 epoch = time_epoch(loaders[name], workload, timed)
                 result.rates.setdefault(name, []).append(epoch.rate)
-                result.main_cpu_ms.setdefault(name, []).append(epoch.main_cpu_ms)
-                if epoch.child_cpu_ms is not None:
-                    result.child_cpu_ms.setdefault(name, []).append(epoch.child_cpu_ms)
+                if epoch.main is not None and epoch.workers is not None:
+                    result.main_usage.setdefault(name, []).append(epoch.main)
+                    result.worker_usage.setdefault(name, []).append(epoch.workers)
                 if epoch.foreign_cores is not None:
                     result.foreign_cores.append(epoch.foreign_cores)
                 result.checked_epochs[name] = result.checked_epochs.get(name, 0) + 1
@@ -693,6 +729,28 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
+def _median_usage(usages: list[Usage]) -> Usage:
+    return Usage(
+        statistics.median(u.user_s for u in usages),
+        statistics.median(u.sys_s for u in usages),
+        int(statistics.median(u.faults for u in usages)),
+    )
+
+
+def _cpu_cell(result: WorkloadResult, name: str) -> str:
+    main = statistics.median(u.user_s + u.sys_s for u in result.main_usage[name]) * 1e3
+    workers = statistics.median(u.user_s + u.sys_s for u in result.worker_usage[name]) * 1e3
+    return f"{main:.2f} / {workers:.2f}"
+
+
+def _usage_cells(result: WorkloadResult, name: str) -> list[str]:
+    cells = []
+    for usage in (result.main_usage[name], result.worker_usage[name]):
+        u = _median_usage(usage)
+        cells += [f"{u.user_s * 1e3:.2f}", f"{u.sys_s * 1e3:.2f}", f"{u.faults}"]
+    return cells
+
+
 def render(
     results: dict[str, WorkloadResult],
     names: list[str],
@@ -746,19 +804,23 @@ def render(
             for n in shown
         ]
         lines += _table(["loader", *results], rows)
-    lines += ["", "CPU ms per timed batch, median: this process / worker processes", ""]
-    rows = []
-    for n in shown:
-        cells = []
-        for r in results.values():
-            if n not in r.rates:
-                cells.append("-")
-                continue
-            main = statistics.median(r.main_cpu_ms[n])
-            child = statistics.median(r.child_cpu_ms[n]) if r.child_cpu_ms.get(n) else None
-            cells.append(f"{main:.2f} / {child:.2f}" if child is not None else f"{main:.2f} / -")
-        rows.append([n, *cells])
+    lines += ["", "CPU ms per timed batch, median: trainer process (its threads too) / workers", ""]
+    rows = [
+        [n, *(_cpu_cell(r, n) if n in r.main_usage else "-" for r in results.values())]
+        for n in shown
+    ]
     lines += _table(["loader", *results], rows)
+    for r in results.values():
+        lines += [
+            "",
+            f"Where the time goes on {r.name}, median per timed batch: CPU ms in user and "
+            "kernel mode, minor page faults",
+            "",
+        ]
+        header = ["loader", "trainer user", "trainer kernel", "trainer faults"]
+        header += ["workers user", "workers kernel", "workers faults"]
+        rows = [[n, *_usage_cells(r, n)] for n in shown if n in r.main_usage]
+        lines += _table(header, rows)
     foreign = {
         k: f"{statistics.median(r.foreign_cores):.2f} (max {max(r.foreign_cores):.2f})"
         for k, r in results.items()
@@ -772,30 +834,23 @@ def render(
         ]
     large = results.get("large")
     if large is not None and bandwidth is not None:
-        one = bandwidth.one_thread / large.batch_bytes
-        every = bandwidth.all_cpus / large.batch_bytes
+        best = max(bandwidth.one_thread, bandwidth.all_cpus)
+        limit = best / large.batch_bytes
         lines += [
             "",
             f"Copy bandwidth (np.copyto of {bandwidth.nbytes / 2**20:.0f} MiB, median): "
             f"{bandwidth.one_thread / 1e9:.1f} GB/s on one thread, "
-            f"{bandwidth.all_cpus / 1e9:.1f} GB/s on {bandwidth.threads} threads at once. "
-            f"A large batch is {large.batch_bytes / 2**20:.0f} MiB, so one copy per batch "
-            f"allows {one:.0f} batches/s on one CPU and {every:.0f} on all.",
+            f"{bandwidth.all_cpus / 1e9:.1f} GB/s in all on {bandwidth.threads} threads at once. "
+            f"A large batch is {large.batch_bytes / 2**20:.0f} MiB and needs at least one copy "
+            f"(its collation), so the machine allows at most {limit:.0f} batches/s.",
             "",
         ]
         rows = [
-            [
-                n,
-                f"{large.median(n):.1f}",
-                f"{large.median(n) / one:.0%}",
-                f"{large.median(n) / every:.0%}",
-            ]
+            [n, f"{large.median(n):.1f}", f"{large.median(n) / limit:.0%}"]
             for n in shown
             if n in large.rates
         ]
-        lines += _table(
-            ["loader", "batches/s", "share of 1-CPU limit", "share of all-CPU limit"], rows
-        )
+        lines += _table(["loader", "batches/s", "share of the copy-bound limit"], rows)
     checked = sorted({n for r in results.values() for n in r.checked_epochs})
     lines += [
         "",

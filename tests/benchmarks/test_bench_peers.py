@@ -45,10 +45,11 @@ def test_quick_run_prints_the_table_checks_every_sample_and_names_missing_peers(
     for name in ("torch", "stoker-process", "stoker-thread"):
         assert f"| {name} | " in out
         assert f"{name} (4 epochs)" in out  # 2 rounds x 2 workloads, each counted
+    assert "Where the time goes on large" in out
     assert "Exactly once: every sample arrived exactly once" in out
     assert "unavailable: grain: grain is not installed here" in out
     assert "| grain | " not in out
-    assert "share of 1-CPU limit" in out  # the large arrays against the copy bandwidth
+    assert "share of the copy-bound limit" in out  # the large arrays against the copy bandwidth
     saved = json.loads(out_json.read_text())
     assert saved["unavailable"] == {"grain": "grain is not installed here"}
     assert len(saved["workloads"]["tiny"]["rates"]["stoker-thread"]) == 2
