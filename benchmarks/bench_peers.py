@@ -19,9 +19,12 @@ Loaders (all with 2 workers and shuffling; each library at its usual fastest set
   builds a DataLoader: ``SamplerWrapper`` -> ``Batcher`` -> ``ParallelMapper`` (fetch and
   collate a whole batch, 2 workers, ``method="process"`` or ``"thread"``) -> ``Prefetcher``
   -> ``Loader``
-- ``grain``: ``grain.DataLoader`` over the dataset as its data source, an ``IndexSampler``
-  with shuffling, ``grain.transforms.Batch`` and ``worker_count=2`` (batches come back
-  through shared memory); its iterator is kept across epochs, as its workers are
+- ``grain``: Grain's dataset API, ``grain.MapDataset.source(ds).shuffle(seed=0)
+  .batch(B).to_iter_dataset().mp_prefetch(MultiprocessingOptions(num_workers=2))``
+  with one reading thread and 2 batches read ahead per worker (batches come back through
+  shared memory); ``grain-dataloader`` (only when asked for):
+  ``grain.DataLoader`` with an ``IndexSampler``, ``grain.transforms.Batch`` and
+  ``worker_count=2``, which runs each record through its own pipeline
 - ``spdl-process``: ``spdl.pipeline.PipelineBuilder`` over a batch sampler, fetch + collate
   of a batch in a 2-process ``ProcessPoolExecutor`` (what ``spdl.dataloader`` builds)
 - ``spdl-thread``: the same pipeline with the batches made in 2 threads
@@ -80,6 +83,9 @@ from bench_engine import wait_for_idle
 
 WORKERS = 2
 REFERENCE = "stoker-process"
+# grain-dataloader runs only when asked for: on tiny samples it is ~25x slower than Grain's
+# dataset API (each record passes its own Python pipeline), and an epoch takes ~40 s.
+OPTIONAL_LOADERS = ("grain-dataloader",)
 LOADERS = (
     "torch",
     "torchdata-sdl",
@@ -187,7 +193,7 @@ WORKLOADS = {
             "cpu",
             "~1.6 ms/sample numpy FFT filtering on 3x64x64, batch 32",
             32,
-            4,
+            6,
             30,
             4,
             1,
@@ -197,8 +203,8 @@ WORKLOADS = {
             "jpeg",
             "256x256 JPEG: stoker.vision decode + train_transform(224), batch 64",
             64,
-            3,
-            20,
+            5,
+            30,
             3,
             1,
             lambda n, quick: _jpeg_dataset(n, 32 if quick else 512),
@@ -326,21 +332,29 @@ class Loader:
     def _build_grain(self) -> Callable[[], Iterator[Any]]:
         import grain
 
-        sampler = grain.samplers.IndexSampler(
-            num_records=len(self.dataset),
-            shard_options=grain.sharding.NoSharding(),
-            shuffle=True,
-            num_epochs=1,
-            seed=0,
-        )
-        loader = grain.DataLoader(
-            data_source=self.dataset,
-            sampler=sampler,
-            operations=[grain.transforms.Batch(self.batch_size)],
-            worker_count=WORKERS,
-            worker_buffer_size=2,
-        )
-        return lambda: iter(loader)
+        if self.name == "grain-dataloader":
+            sampler = grain.samplers.IndexSampler(
+                num_records=len(self.dataset),
+                shard_options=grain.sharding.NoSharding(),
+                shuffle=True,
+                num_epochs=1,
+                seed=0,
+            )
+            loader = grain.DataLoader(
+                data_source=self.dataset,
+                sampler=sampler,
+                operations=[grain.transforms.Batch(self.batch_size)],
+                worker_count=WORKERS,
+                worker_buffer_size=2,
+            )
+            return lambda: iter(loader)
+        batches = grain.MapDataset.source(self.dataset).shuffle(seed=0).batch(self.batch_size)
+        # One reading thread and 2 batches read ahead per worker, as a torch or stoker worker:
+        # the defaults (16 threads, 500 elements ahead) oversubscribe 2 CPUs and, on short
+        # epochs, would hand over batches made before the clock starts.
+        reading = grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)
+        options = grain.MultiprocessingOptions(num_workers=WORKERS)
+        return lambda: iter(batches.to_iter_dataset(reading).mp_prefetch(options))
 
     def _build_spdl(self) -> Callable[[], Iterator[Any]]:
         from spdl.pipeline import PipelineBuilder
@@ -503,22 +517,27 @@ def check_exactly_once(name: str, indices: list[np.ndarray], length: int) -> Non
         raise NotExactlyOnce(msg)
 
 
+def _indices(batch: Any, field_: int) -> np.ndarray:
+    """A copy of the batch's sample indices (so that the batch itself can be dropped)."""
+    return np.array(np.asarray(batch[field_]), dtype=np.int64)
+
+
 def time_epoch(loader: Loader, workload: Workload, timed: int) -> Epoch:
     gc.collect()
     field_ = workload.index_field
     indices: list[np.ndarray] = []
     iterator = loader.epoch()
     for _ in range(workload.warmup):
-        indices.append(np.array(next(iterator)[field_], dtype=np.int64))
+        indices.append(_indices(next(iterator), field_))
     pids = _worker_pids()
     main0, workers0, busy0 = _usage([os.getpid()]), _usage(pids), _machine_busy_s()
     start = time.perf_counter()
     for _ in range(timed):
-        indices.append(np.array(next(iterator)[field_], dtype=np.int64))  # a copy: drop batch
+        indices.append(_indices(next(iterator), field_))  # a copy: drop batch
     elapsed = time.perf_counter() - start
     main1, workers1, busy1 = _usage([os.getpid()]), _usage(pids), _machine_busy_s()
     for batch in iterator:  # the epoch must end here
-        indices.append(np.array(batch[field_], dtype=np.int64))
+        indices.append(_indices(batch, field_))
     check_exactly_once(loader.name, indices, len(loader.dataset))
     main = workers = foreign = None
     if main0 is not None and main1 is not None and workers0 is not None and workers1 is not None:
@@ -542,7 +561,7 @@ def time_first_batch(name: str, dataset: Any, batch_size: int, field_: int) -> f
     iterator = loader.epoch()
     batch = next(iterator)
     elapsed = time.perf_counter() - start
-    np.array(batch[field_])
+    _indices(batch, field_)
     del batch
     if hasattr(iterator, "close"):
         iterator.close()
@@ -876,7 +895,9 @@ def main(argv: list[str] | None = None) -> int:
         "--workloads", default=",".join(WORKLOADS), help="comma-separated subset of %(default)s"
     )
     parser.add_argument(
-        "--loaders", default=",".join(LOADERS), help="comma-separated subset of %(default)s"
+        "--loaders",
+        default=",".join(LOADERS),
+        help="comma-separated subset of %(default)s (also: " + ",".join(OPTIONAL_LOADERS) + ")",
     )
     parser.add_argument(
         "--quick", action="store_true", help="small sizes and 2 rounds: a smoke run"
@@ -897,8 +918,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [n.strip() for n in args.loaders.split(",") if n.strip()]
     if not workloads or any(w not in WORKLOADS for w in workloads):
         parser.error(f"--workloads takes a subset of {','.join(WORKLOADS)}, got {args.workloads!r}")
-    if not names or any(n not in LOADERS for n in names):
-        parser.error(f"--loaders takes a subset of {','.join(LOADERS)}, got {args.loaders!r}")
+    known = (*LOADERS, *OPTIONAL_LOADERS)
+    if not names or any(n not in known for n in names):
+        parser.error(f"--loaders takes a subset of {','.join(known)}, got {args.loaders!r}")
     if args.rounds < 1:
         parser.error(f"--rounds must be a positive integer, got {args.rounds}")
     rounds = min(args.rounds, 2) if args.quick else args.rounds
