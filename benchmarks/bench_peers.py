@@ -49,8 +49,9 @@ an error. Figures are medians over the rounds; a peer's ratio to stoker is the r
 medians, with the lowest and highest per-round ratio beside it. Time to first batch builds a
 fresh loader (construction + worker start + first batch), median over the rounds, again in
 rotated order. For the large arrays the machine's copy bandwidth is measured (``np.copyto``
-of 24 MiB, one thread and one per CPU at once) and each loader is shown as a share of the
-copy-bound limit: a batch needs at least one copy of its bytes (the collation).
+of 24 MiB, and the batch's own ``np.stack`` into a reused buffer; one thread, and one per
+CPU at once) and each loader is shown as a share of the copy-bound limit, the best of those
+rates: a batch needs at least one copy of its bytes (the collation).
 """
 
 from __future__ import annotations
@@ -572,49 +573,79 @@ def time_first_batch(name: str, dataset: Any, batch_size: int, field_: int) -> f
 
 @dataclass(slots=True)
 class CopyBandwidth:
-    """Bytes per second of ``np.copyto`` on 24 MiB buffers: one thread, and one per CPU."""
+    """Bytes per second of two 24 MiB copies, on one thread and on one thread per CPU at once.
+
+    ``copyto``: ``np.copyto`` between two 24 MiB buffers. ``stack``: the large workload's
+    collation alone, ``np.stack`` of its 32 arrays (from the dataset's pool of 4, so the
+    sources stay in cache) into a buffer that is reused, as a batch slot is.
+    """
 
     nbytes: int
-    one_thread: float
-    all_cpus: float
     threads: int
+    copyto_one: float
+    copyto_all: float
+    stack_one: float
+    stack_all: float
+
+    @property
+    def best(self) -> float:
+        return max(self.copyto_one, self.copyto_all, self.stack_one, self.stack_all)
 
 
-def measure_copy_bandwidth(nbytes: int = 24 * 2**20, repeats: int = 41) -> CopyBandwidth:
-    """Median over ``repeats`` copies; the all-CPU figure runs one copy per CPU at once."""
-    threads = os.cpu_count() or 1
-    pairs = [
-        (np.ones(nbytes // 4, dtype=np.float32), np.empty(nbytes // 4, dtype=np.float32))
-        for _ in range(threads)
-    ]
-    for src, dst in pairs:
-        np.copyto(dst, src)  # first touch outside the clock
-    one = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(pairs[0][1], pairs[0][0])
-        one.append(time.perf_counter() - start)
-    many = []
-    barrier = threading.Barrier(threads + 1)
+def _copy_rate(copies: list[Callable[[], None]], nbytes: int, repeats: int) -> float:
+    """Bytes per second of running every callable of ``copies`` at once (one thread each)."""
+    for copy in copies:
+        copy()  # first touch outside the clock
+    if len(copies) == 1:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            copies[0]()
+            times.append(time.perf_counter() - start)
+        return nbytes / statistics.median(times)
+    barrier = threading.Barrier(len(copies) + 1)
 
-    def copy(k: int) -> None:
+    def run(copy: Callable[[], None]) -> None:
         for _ in range(repeats):
             barrier.wait()
-            np.copyto(pairs[k][1], pairs[k][0])
+            copy()
             barrier.wait()
 
-    workers = [threading.Thread(target=copy, args=(k,)) for k in range(threads)]
-    for w in workers:
-        w.start()
+    threads = [threading.Thread(target=run, args=(c,)) for c in copies]
+    for t in threads:
+        t.start()
+    times = []
     for _ in range(repeats):
         barrier.wait()
         start = time.perf_counter()
         barrier.wait()
-        many.append(time.perf_counter() - start)
-    for w in workers:
-        w.join()
+        times.append(time.perf_counter() - start)
+    for t in threads:
+        t.join()
+    return len(copies) * nbytes / statistics.median(times)
+
+
+def measure_copy_bandwidth(dataset: IndexedLargeArrays, batch: int, repeats: int) -> CopyBandwidth:
+    """Median over ``repeats`` copies of each kind (see :class:`CopyBandwidth`)."""
+    cpus = os.cpu_count() or 1
+    samples = [dataset.pool[i % len(dataset.pool)] for i in range(batch)]
+    nbytes = sum(a.nbytes for a in samples)
+
+    def copyto() -> Callable[[], None]:
+        src, dst = np.ones(nbytes // 4, np.float32), np.empty(nbytes // 4, np.float32)
+        return lambda: np.copyto(dst, src)
+
+    def stack() -> Callable[[], None]:
+        out = np.empty((batch, *samples[0].shape), samples[0].dtype)
+        return lambda: np.stack(samples, out=out)
+
     return CopyBandwidth(
-        nbytes, nbytes / statistics.median(one), threads * nbytes / statistics.median(many), threads
+        nbytes,
+        cpus,
+        _copy_rate([copyto()], nbytes, repeats),
+        _copy_rate([copyto() for _ in range(cpus)], nbytes, repeats),
+        _copy_rate([stack()], nbytes, repeats),
+        _copy_rate([stack() for _ in range(cpus)], nbytes, repeats),
     )
 
 
@@ -636,6 +667,7 @@ class WorkloadResult:
     checked_epochs: dict[str, int] = field(default_factory=dict)
     batch_bytes: int = 0
     waited_s: float = 0.0  # spent waiting for other processes to leave the CPUs idle
+    bandwidth: CopyBandwidth | None = None  # large arrays only
 
     def median(self, loader: str) -> float:
         return statistics.median(self.rates[loader])
@@ -669,6 +701,9 @@ def run_workload(
     )
     if workload.name == "large":
         result.batch_bytes = workload.batch_size * dataset.pool[0].nbytes
+        result.bandwidth = measure_copy_bandwidth(
+            dataset, workload.batch_size, repeats=9 if quick else 41
+        )
     loaders: dict[str, Loader] = {}
     for name in names:
         if name in unavailable:
@@ -775,7 +810,6 @@ def render(
     names: list[str],
     unavailable: dict[str, str],
     env: dict[str, Any],
-    bandwidth: CopyBandwidth | None,
     command: str,
 ) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v)
@@ -852,16 +886,18 @@ def render(
             + ", ".join(f"{k} {v}" for k, v in foreign.items()),
         ]
     large = results.get("large")
+    bandwidth = large.bandwidth if large is not None else None
     if large is not None and bandwidth is not None:
-        best = max(bandwidth.one_thread, bandwidth.all_cpus)
-        limit = best / large.batch_bytes
+        limit = bandwidth.best / large.batch_bytes
         lines += [
             "",
-            f"Copy bandwidth (np.copyto of {bandwidth.nbytes / 2**20:.0f} MiB, median): "
-            f"{bandwidth.one_thread / 1e9:.1f} GB/s on one thread, "
-            f"{bandwidth.all_cpus / 1e9:.1f} GB/s in all on {bandwidth.threads} threads at once. "
-            f"A large batch is {large.batch_bytes / 2**20:.0f} MiB and needs at least one copy "
-            f"(its collation), so the machine allows at most {limit:.0f} batches/s.",
+            f"Copy bandwidth, median GB/s, one thread / {bandwidth.threads} threads at once: "
+            f"np.copyto of {bandwidth.nbytes / 2**20:.0f} MiB {bandwidth.copyto_one / 1e9:.1f} / "
+            f"{bandwidth.copyto_all / 1e9:.1f}; the collation alone (np.stack of the batch's "
+            f"arrays into a reused buffer) {bandwidth.stack_one / 1e9:.1f} / "
+            f"{bandwidth.stack_all / 1e9:.1f}. A large batch is "
+            f"{large.batch_bytes / 2**20:.0f} MiB and needs at least that one copy, so the "
+            f"machine allows at most {limit:.0f} batches/s (the best of the four).",
             "",
         ]
         rows = [
@@ -929,9 +965,6 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     env = environment()
     _progress(f"{env['cpus']} CPUs; {rounds} rounds of {', '.join(names)}")
-    bandwidth = (
-        measure_copy_bandwidth(repeats=9 if args.quick else 41) if "large" in workloads else None
-    )
     unavailable: dict[str, str] = {}
     results: dict[str, WorkloadResult] = {}
     start = time.perf_counter()
@@ -943,12 +976,11 @@ def main(argv: list[str] | None = None) -> int:
     _progress(f"done in {time.perf_counter() - start:.0f} s")
     env["load_average_end"] = f"{os.getloadavg()[0]:.2f}"
     print()
-    print(render(results, names, unavailable, env, bandwidth, command))
+    print(render(results, names, unavailable, env, command))
     if args.json:
         payload = {
             "command": command,
             "environment": env,
-            "copy_bandwidth": asdict(bandwidth) if bandwidth else None,
             "unavailable": unavailable,
             "workloads": {k: asdict(v) for k, v in results.items()},
         }
