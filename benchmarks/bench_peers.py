@@ -603,25 +603,27 @@ def _copy_rate(copies: list[Callable[[], None]], nbytes: int, repeats: int) -> f
             copies[0]()
             times.append(time.perf_counter() - start)
         return nbytes / statistics.median(times)
-    barrier = threading.Barrier(len(copies) + 1)
+    # Each thread times its own copies (the coordinating thread may not even be on a CPU
+    # while they run); a round lasts from the first start to the last end.
+    barrier = threading.Barrier(len(copies))
+    spans: list[list[tuple[float, float]]] = [[] for _ in copies]
 
-    def run(copy: Callable[[], None]) -> None:
+    def run(k: int) -> None:
         for _ in range(repeats):
             barrier.wait()
-            copy()
-            barrier.wait()
+            start = time.perf_counter()
+            copies[k]()
+            spans[k].append((start, time.perf_counter()))
 
-    threads = [threading.Thread(target=run, args=(c,)) for c in copies]
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(copies))]
     for t in threads:
         t.start()
-    times = []
-    for _ in range(repeats):
-        barrier.wait()
-        start = time.perf_counter()
-        barrier.wait()
-        times.append(time.perf_counter() - start)
     for t in threads:
         t.join()
+    times = [
+        max(end for _, end in rounds) - min(start for start, _ in rounds)
+        for rounds in zip(*spans, strict=True)
+    ]
     return len(copies) * nbytes / statistics.median(times)
 
 
