@@ -29,8 +29,9 @@ Loaders (all with 2 workers and shuffling; each library at its usual fastest set
   of a batch in a 2-process ``ProcessPoolExecutor`` (what ``spdl.dataloader`` builds)
 - ``spdl-thread``: the same pipeline with the batches made in 2 threads
 - ``stoker-process``, ``stoker-thread``, ``stoker-auto``: ``stoker.DataLoader`` with
-  ``num_workers=2, persistent_workers=True`` and that ``worker_mode`` (``"process"`` is the
-  default; a stoker without ``"auto"`` shows that row as unavailable)
+  ``num_workers=2, persistent_workers=True`` and that ``worker_mode`` (``"auto"``, the
+  default, is the reference of the ratios; a stoker without it shows that row as unavailable
+  and the ratios are to ``"process"``)
 
 Every loader gets the SAME dataset object, so the per-sample work is the same and only the
 loader differs. The workloads are those of ``bench_engine.py`` (``bench_workloads.py``),
@@ -83,7 +84,8 @@ import bench_workloads  # found through the sys.path entry just above
 from bench_engine import wait_for_idle
 
 WORKERS = 2
-REFERENCE = "stoker-process"
+# Ratios are to stoker's default configuration: worker_mode="auto" where stoker offers it.
+REFERENCES = ("stoker-auto", "stoker-process")
 # grain-dataloader runs only when asked for: on tiny samples it is ~25x slower than Grain's
 # dataset API (each record passes its own Python pipeline), and an epoch takes ~40 s.
 OPTIONAL_LOADERS = ("grain-dataloader",)
@@ -674,7 +676,7 @@ class WorkloadResult:
     def median(self, loader: str) -> float:
         return statistics.median(self.rates[loader])
 
-    def ratio(self, loader: str, reference: str = REFERENCE) -> tuple[float, float, float]:
+    def ratio(self, loader: str, reference: str) -> tuple[float, float, float]:
         """(ratio of medians, lowest and highest per-round ratio) of ``loader`` to ``reference``."""
         rounds = [a / b for a, b in zip(self.rates[loader], self.rates[reference], strict=True)]
         return self.median(loader) / self.median(reference), min(rounds), max(rounds)
@@ -826,20 +828,24 @@ def render(
     if waited:
         lines[-1:-1] = [f"waited {waited:.0f} s in all for other processes to leave the CPUs idle"]
     shown = [n for n in names if any(n in r.rates for r in results.values())]
-    has_ref = all(REFERENCE in r.rates for r in results.values())
+    reference = next(
+        (ref for ref in REFERENCES if all(ref in r.rates for r in results.values())), None
+    )
     lines += ["Throughput, median batches/s", ""]
     rows = [
         [n, *(f"{r.median(n):.1f}" if n in r.rates else "-" for r in results.values())]
         for n in shown
     ]
     lines += _table(["loader", *results], rows)
-    if has_ref:
-        lines += ["", f"Throughput as a multiple of {REFERENCE} (per-round range)", ""]
+    if reference is not None:
+        lines += ["", f"Throughput as a multiple of {reference} (per-round range)", ""]
         rows = [
             [
                 n,
                 *(
-                    "{:.2f}x [{:.2f}-{:.2f}]".format(*r.ratio(n)) if n in r.rates else "-"
+                    "{:.2f}x [{:.2f}-{:.2f}]".format(*r.ratio(n, reference))
+                    if n in r.rates
+                    else "-"
                     for r in results.values()
                 ),
             ]
