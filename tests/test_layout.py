@@ -13,6 +13,7 @@ SOURCE = ROOT / "src" / "stoker"
 # Test folders with no stoker subpackage of their name, and why.
 OTHER_FOLDERS = {
     "harness": "helpers shared by every folder (leak checks, save/load round trips)",
+    "benchmarks": "smoke runs of the scripts in benchmarks/",
     "frameworks": "stoker under accelerate, Lightning and Hugging Face datasets",
     "torch_integration": "stoker.torch: a tests/torch package would shadow torch itself",
     "ray_integration": "stoker's Ray workers: a tests/ray package would shadow ray itself",

@@ -1,0 +1,1 @@
+"""Smoke runs of the scripts in benchmarks/, so that they keep running as stoker changes."""
