@@ -128,6 +128,8 @@ class VisionJpegDataset:
     stoker loader is seeded from numpy's global generator.
     """
 
+    thread_safe = True  # a file per read and stoker.vision's transforms: threads may share it
+
     def __init__(self, paths: list[str], length: int, crop: int = 224) -> None:
         from stoker.vision import train_transform
 

@@ -13,8 +13,10 @@ the loader measures instead of guessing:
    loop receives, its own time between ``next()`` calls included, so threads that slow
    the loop by holding the GIL are measured as slower.
 3. It lets the batches in flight arrive, switches to processes and measures again.
-4. It keeps processes when they delivered at least ``margin`` times the threads' rate,
-   and goes back to threads otherwise. The choice then holds for the loader's life.
+4. It goes back to threads only when they delivered at least ``margin`` times the
+   processes' rate, and keeps processes otherwise: a tie goes to processes, which run
+   Python in parallel when the machine has free CPUs (a busy machine can make a GIL-bound
+   thread pool look as fast as processes). The choice then holds for the loader's life.
 
 Switching never changes a batch: every sample draws from its own generator (see
 :mod:`stoker.seeding`), so threads and processes load the same batches, and the epoch
@@ -27,10 +29,10 @@ Example:
     >>> [trial.batch_delivered(t) for t in (0.0, 1.0, 2.0)]  # threads: 1 batch/s
     [None, None, 'process']
     >>> trial.switched("process")
-    >>> [trial.batch_delivered(t) for t in (10.0, 10.5, 11.0)]  # processes: 2 batches/s
+    >>> [trial.batch_delivered(t) for t in (10.0, 11.0, 12.0)]  # processes: 1 batch/s
     [None, None, None]
     >>> trial.chosen, trial.history[-1]
-    ('process', 'worker_mode auto: threads 1.0 batches/s, processes 2.0 batches/s: processes')
+    ('process', 'worker_mode auto: threads 1.0 batches/s, processes 1.0 batches/s: processes')
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ class ModeTrial:
     Args:
         warmup: batches delivered after a start or a switch before the window opens.
         min_batches, min_s: the window closes after both this many batches and seconds.
-        margin: processes must deliver this many times the threads' rate to be kept
-            (threads start sooner and use less memory, so a tie goes to them).
+        margin: threads must deliver this many times the processes' rate to be kept
+            (a tie goes to processes, see the module's notes).
     """
 
     def __init__(
@@ -98,7 +100,7 @@ class ModeTrial:
             self._delivered = -(1 << 62)  # nothing more counts until the switch
             return "process"
         threads, processes = self.rates["thread"], self.rates["process"]
-        self.chosen = "process" if processes >= threads * self.margin else "thread"
+        self.chosen = "thread" if threads >= processes * self.margin else "process"
         self.history.append(
             f"worker_mode auto: threads {threads:,.1f} batches/s, processes "
             f"{processes:,.1f} batches/s: {_PLURAL[self.chosen]}"
