@@ -37,15 +37,15 @@ def test_import_stoker_does_not_import_torch() -> None:
 
 
 # Tests of code that never looks for torch run once, in the main suite, to keep the suite's
-# time: process lifecycle and faults (signals, dead workers, exit), object storage, the
-# command line's exit codes, pipes and help pages, the demo (it needs torch), damaged and
-# hostile files (parsing only), lint, layout, benchmarks.
+# time: process lifecycle and faults (signals, dead workers, exit), object storage, file
+# formats and streams, profiling and tuning (their packages never look for torch; the
+# loader and engine code they run is rerun through the engine, collate and loader tests),
+# the command line's exit codes, pipes and help pages, packing and the bench sweep, the
+# demo (it needs torch), lint, layout, benchmarks, Ray.
 _SAME_WITH_OR_WITHOUT_TORCH = re.compile(
-    r"storage/|frameworks/|benchmarks/|ray_integration/"
-    r"|cli/test_(manners|demo|demo_cache|extras)\.py"
+    r"(storage|frameworks|benchmarks|ray_integration|formats|streams|profiling|tuning)/"
+    r"|cli/test_(manners|demo|demo_cache|extras|bench|pack)\.py"
     r"|engine/test_engine_(faults|lifecycle|trainer_exit)\.py"
-    r"|formats/test_(packed_damage_properties|packed_integrity|tar_integrity|text_integrity"
-    r"|folder_links)\.py"
     r"|test_(lint|layout|user_words)\.py"
 )
 
