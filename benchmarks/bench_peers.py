@@ -293,7 +293,11 @@ class Loader:
     def _build_torch(self) -> Callable[[], Iterator[Any]]:
         import torch.utils.data
 
-        loader = torch.utils.data.DataLoader(
+        return self._torch_style(torch.utils.data.DataLoader)
+
+    def _torch_style(self, loader_class: type) -> Callable[[], Iterator[Any]]:
+        """torch's DataLoader or a subclass (StatefulDataLoader), 2 persistent workers."""
+        loader = loader_class(
             self.dataset,
             batch_size=self.batch_size,
             shuffle=True,
@@ -307,15 +311,7 @@ class Loader:
         if self.name == "torchdata-sdl":
             from torchdata.stateful_dataloader import StatefulDataLoader
 
-            loader = StatefulDataLoader(
-                self.dataset,
-                batch_size=self.batch_size,
-                shuffle=True,
-                num_workers=WORKERS,
-                persistent_workers=True,
-            )
-            self._closers.append(lambda: _stop_torch_workers(loader))
-            return lambda: iter(loader)
+            return self._torch_style(StatefulDataLoader)
         import torchdata.nodes as tn
         from torch.utils.data import RandomSampler, default_collate
 
