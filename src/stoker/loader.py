@@ -372,6 +372,8 @@ class DataLoader(Generic[T]):
             self.persistent_workers
             and self._pool is not None
             and self._pool.state is PoolState.RUNNING
+            # worker_mode="auto" may have decided on another kind at the last epoch's end
+            and (self.worker_mode != "auto" or self._pool.mode == self._worker_kind())
         )
         progress, index_iter, first_position = self._start_epoch(new_pool=not reuse_pool)
         trial = self._worker_mode_trial()
@@ -392,6 +394,8 @@ class DataLoader(Generic[T]):
             self._autotuner = self._new_autotuner()
         else:
             if not reuse_pool:
+                if self._pool_finalizer is not None:
+                    self._pool_finalizer()  # a running pool of the kind "auto" left behind
                 self._pool = self._new_pool()
                 self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
                 self._autotuner = self._new_autotuner()
@@ -467,6 +471,7 @@ class DataLoader(Generic[T]):
             budget_is_users=self._memory_budget_given,
             dataset_name=type(self.dataset).__name__,
             dataset_has_len=self._iterable and _has_len(self.dataset),
+            batches=None if self._iterable else _epoch_batches(self),
         )
 
     def _workers_changed(self, num_workers: int, prefetch_factor: int) -> None:
@@ -870,6 +875,14 @@ class _EpochIterator:
         close = getattr(self._inner, "close", None)
         if close is not None:
             close()
+
+
+def _epoch_batches(loader: DataLoader[Any]) -> int | None:
+    """Batches in a map-style epoch (skipped ones included), or None without a length."""
+    try:
+        return len(loader._index_sampler)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _has_len(dataset: Any) -> bool:

@@ -69,6 +69,32 @@ def test_switching_kinds_mid_epoch_changes_no_batch(monkeypatch, margin, kept, p
             assert loader._pool is not None and loader._pool.mode == kept
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+def test_an_epoch_too_short_to_measure_processes_leaves_them_to_the_next(
+    monkeypatch, persistent
+) -> None:
+    # 7 batches: the threads' window closes at the 4th, when at most 3 are left to load,
+    # fewer than the 4 a process window needs: no process pool for the last few batches
+    quick_trial(monkeypatch, float("inf"))
+    dataset, short = ThreadSafeDraws(7 * BATCH), {"shuffle": True, "generator": 5}
+    single = stoker.DataLoader(dataset, batch_size=BATCH, num_workers=0, **short)
+    expected = [content(list(single)) for _ in range(3)]
+    loader = stoker.DataLoader(
+        dataset, batch_size=BATCH, num_workers=2, worker_mode="auto",
+        persistent_workers=persistent, **short,
+    )  # fmt: skip
+    with loader:
+        epochs = [list(loader) for _ in range(3)]
+        history = "\n".join(loader.stats().autotune)
+    by_trainer = [[int(p) == os.getpid() for b in epoch for p in b[1]] for epoch in epochs]
+    assert all(by_trainer[0]), "the short first epoch stayed in threads"
+    assert not any(by_trainer[1]), "the next epoch ran processes from its first batch"
+    assert not any(by_trainer[2]), "processes measured in the second epoch were kept"
+    assert [content(epoch) for epoch in epochs] == expected
+    assert "too few batches left in this epoch to measure processes" in history
+    assert "batches/s: processes" in history
+
+
 def test_every_index_arrives_once_across_the_switch_out_of_order(monkeypatch) -> None:
     quick_trial(monkeypatch, float("inf"))
     loader = stoker.DataLoader(

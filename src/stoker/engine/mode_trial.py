@@ -12,7 +12,10 @@ the loader measures instead of guessing:
    window (at least ``min_batches`` batches and ``min_s`` seconds): what the training
    loop receives, its own time between ``next()`` calls included, so threads that slow
    the loop by holding the GIL are measured as slower.
-3. It lets the batches in flight arrive, switches to processes and measures again.
+3. It lets the batches in flight arrive, switches to processes and measures again. When
+   the epoch has too few batches left to measure processes (at least ``warmup +
+   min_batches``), it does not start them for a handful of batches: the next epoch
+   starts with processes and measures them from its first batch.
 4. It goes back to threads only when they delivered at least ``margin`` times the
    processes' rate, and keeps processes otherwise: a tie goes to processes, which run
    Python in parallel when the machine has free CPUs (a busy machine can make a GIL-bound
@@ -41,6 +44,7 @@ __all__ = ["ModeTrial"]
 
 _KINDS = ("thread", "process")
 _PLURAL = {"thread": "threads", "process": "processes"}
+_PAUSED = -(1 << 62)  # a delivery count that never reaches the window: nothing is measured
 
 
 class ModeTrial:
@@ -83,6 +87,27 @@ class ModeTrial:
         self.current = kind
         self.restart_window()
 
+    @property
+    def batches_to_measure(self) -> int:
+        """Batches a new pool must deliver for its rate to be measured."""
+        return self.warmup + max(1, self.min_batches)
+
+    def defer(self, kind: str) -> None:
+        """The switch to ``kind`` waits for the next epoch: this one ends in its pool.
+
+        Nothing more is measured in this epoch; the next pool is of ``kind`` and is
+        measured from the next epoch's start.
+        """
+        if kind not in _KINDS:
+            raise ValueError(f"unknown worker kind {kind!r}")
+        if self.chosen is None:
+            self.current = kind
+            self._delivered = _PAUSED
+            self.history.append(
+                f"worker_mode auto: too few batches left in this epoch to measure "
+                f"{_PLURAL[kind]}; the next epoch starts with them"
+            )
+
     def batch_delivered(self, now: float) -> str | None:
         """Counts a delivery at time ``now``; returns the kind to switch to, or None."""
         if self.chosen is not None:
@@ -97,7 +122,7 @@ class ModeTrial:
         elapsed = now - self._opened_at
         self.rates[self.current] = measured / elapsed if elapsed > 0 else float("inf")
         if "process" not in self.rates:
-            self._delivered = -(1 << 62)  # nothing more counts until the switch
+            self._delivered = _PAUSED  # nothing more counts until the switch
             return "process"
         threads, processes = self.rates["thread"], self.rates["process"]
         self.chosen = "thread" if threads >= processes * self.margin else "process"

@@ -127,6 +127,7 @@ class MultiWorkerIterator:
         self._autotune = autotuner
         self._trial = mode_trial if hooks.replace_pool is not None else None
         self._switch_to: str | None = None  # worker_mode="auto": the kind to swap to, once drained
+        self._epoch_batches = plan.batches
         self._memory_budget = plan.memory_budget
         self._first_task = self._next_yield = pool.ledger.next_task
         self._ready: dict[int, Any] = {}
@@ -266,8 +267,22 @@ class MultiWorkerIterator:
         if self._autotune is not None:
             self._autotune.batch_delivered(waited, self)
         if self._trial is not None and self._switch_to is None and not self._iterable:
-            self._switch_to = self._trial.batch_delivered(time.perf_counter())
+            self._switch_to = self._trial_switch(self._trial.batch_delivered(time.perf_counter()))
         return self._deliver(item)
+
+    def _trial_switch(self, kind: str | None) -> str | None:
+        """worker_mode="auto": swap now, or let the next epoch start with ``kind``.
+
+        A new pool is worth starting only if enough of the epoch is left to measure it;
+        otherwise the epoch ends in the pool it has and the next one starts with ``kind``.
+        """
+        assert self._trial is not None
+        if kind is None or self._epoch_batches is None:
+            return kind
+        if self._epoch_batches - self._batch_index >= self._trial.batches_to_measure:
+            return kind
+        self._trial.defer(kind)
+        return None
 
     def _take_ready(self) -> tuple[int, Any]:
         """The next batch to hand out and its task id; ``(-1, _SKIP)`` when none is ready."""

@@ -30,6 +30,7 @@ class EpochPlan:
     budget_is_users: bool  # the user gave memory_budget: it binds from the first batch
     dataset_name: str  # for messages
     dataset_has_len: bool  # an IterableDataset with a length is checked against it instead
+    batches: int | None = None  # batches in the epoch when the sampler knows (map-style)
 
 
 @dataclass(frozen=True, slots=True)
