@@ -545,20 +545,36 @@ class DataLoader(Generic[T]):
         return progress, index_iter, first_position
 
     def _resume_stream(self, resume: Mapping[str, Any], progress: Progress) -> None:
-        """Puts an iterable dataset's stream (or each worker's) back where ``resume`` left it."""
+        """Puts an iterable dataset's stream (or each worker's) back where ``resume`` left it.
+
+        A state saved with ``num_workers=0`` resumes with 1 worker and the other way round:
+        both read the one shard of the stream, in the same order with the same seeds.
+        """
         saved = resume["workers"]["num_workers"] if "workers" in resume else 0
-        if saved != self.num_workers:
+        if saved != self.num_workers and {saved, self.num_workers} != {0, 1}:
             msg = (
                 f"this state was saved mid-epoch by a loader with num_workers={saved}, and this "
                 f"one has num_workers={self.num_workers}: each worker of an IterableDataset "
                 "reads its own shard of the stream, so a stream resumes only with the same "
-                f"number of workers. Pass num_workers={saved}, or save at an epoch boundary to "
-                "change it."
+                "number of workers (or with 0 and 1 workers, which read the same single shard). "
+                f"Pass num_workers={saved}, or save at an epoch boundary to change it."
             )
             raise ValueError(msg)
-        if saved == 0:
+        if self.num_workers == 0:
+            if saved == 1:  # the one worker's stream, as the main process reads it
+                stream = resume["workers"]["streams"].get(0)
+                if stream is not None:
+                    self.dataset.load_state_dict(stream["dataset"])
+                    progress.samples = stream["taken"]
+                return
             self.dataset.load_state_dict(resume["dataset"])  # it resumes its own stream
             progress.samples = resume.get("samples", 0)
+            return
+        if saved == 0:  # the main process's stream, handed to the one worker
+            stream = {"dataset": resume["dataset"], "taken": resume.get("samples", 0)}
+            progress.streams = {0: stream}
+            progress.resume_streams = {0: stream}
+            progress.next_worker = 0
             return
         workers = resume["workers"]
         progress.streams = dict(workers["streams"])
@@ -571,8 +587,11 @@ class DataLoader(Generic[T]):
         Valid at any point: mid-epoch (with or without workers, in order or not), at an
         epoch boundary, after the last batch. Small (no batch is stored: the place the
         epoch has reached, and with ``in_order=False`` the few batches delivered beyond
-        it); the number of workers may differ when it is loaded. Custom samplers take
-        part by implementing ``state_dict`` / ``load_state_dict``.
+        it). With a map-style dataset the number of workers may differ when it is loaded.
+        A mid-epoch state of an IterableDataset resumes with the same number of process
+        workers, or moves between ``num_workers=0`` and ``1`` (one shard either way); any
+        other change raises a ``ValueError`` naming both numbers (``docs/streams.md``).
+        Custom samplers take part by implementing ``state_dict`` / ``load_state_dict``.
         """
         return self._state(held=0)
 

@@ -118,6 +118,34 @@ def test_with_the_loader_and_pad_collate_every_sample_once(tmp_path, num_workers
     assert sorted(seen) == list(range(300))
 
 
+def test_a_mid_epoch_state_is_refused_by_name_and_an_epoch_boundary_state_resumes(
+    tmp_path,
+) -> None:
+    write_jsonl(tmp_path, np.random.default_rng(2).integers(1, 40, 120))
+
+    def loader():
+        stream = BucketStream(JsonLines(tmp_path, shuffle_buffer=16), 8, key=length, window=32)
+        return DataLoader(stream, batch_size=None, collate_fn=list, generator=5)
+
+    first = loader()
+    iterator = iter(first)
+    next(iterator)
+    with pytest.raises(ValueError) as info:
+        first.state_dict()
+    assert str(info.value).startswith(
+        "cannot save a mid-epoch state of this IterableDataset loader: BucketStream has no "
+        "state_dict / load_state_dict. Save at an epoch boundary"
+    )
+    del iterator
+    first = loader()
+    list(first)
+    state = first.state_dict()  # at the epoch's end: the next epoch, no stream state needed
+    second = [[s["id"] for s in batch] for batch in first]
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [[s["id"] for s in batch] for batch in resumed] == second
+
+
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="window"):
         BucketStream(Lengths(10), 8, window=4)

@@ -171,6 +171,119 @@ def test_with_two_process_workers_each_worker_mixes_its_shard(tmp_path) -> None:
     assert head.count("a") == 30 and head.count("b") == 20 and head.count("c") == 10
 
 
+@pytest.mark.parametrize(("saved_with", "resumed_with"), [(2, 2), (1, 0)], ids=["2", "1-to-0"])
+@pytest.mark.parametrize("policy", ["stop", "drop"])
+@pytest.mark.parametrize("stop", [1, 4, 9])
+def test_resuming_a_mix_read_by_process_workers_equals_the_uninterrupted_run(
+    tmp_path, policy, stop, saved_with, resumed_with
+) -> None:
+    write_source(tmp_path, "a", 70, files=4)
+    write_source(tmp_path, "b", 25, files=4)
+
+    def loader(num_workers):
+        return DataLoader(
+            make_mix(tmp_path, policy),
+            batch_size=4,
+            collate_fn=list,
+            num_workers=num_workers,
+            generator=3,
+        )
+
+    def items(batches):
+        return [tuple(x) for batch in batches for x in batch]
+
+    whole = items(loader(saved_with))
+    first = loader(saved_with)
+    iterator = iter(first)
+    head = items(next(iterator) for _ in range(stop))
+    state = first.state_dict()
+    first.close()
+    assert state["workers"]["num_workers"] == saved_with
+    assert {s["dataset"]["kind"] for s in state["workers"]["streams"].values()} == {"stoker.mix"}
+    resumed = loader(resumed_with)
+    resumed.load_state_dict(state)
+    rest = items(resumed)
+    resumed.close()
+    assert len(rest) == len(whole) - len(head)
+    assert head + rest == whole  # the same samples in the same order
+
+
+def ranked_mix(tmp_path, rank: int | None = None) -> Mix:
+    """Three sources, 3:2:1; the readers take ``rank`` (and the mix follows them)."""
+    topology = {} if rank is None else {"rank": rank, "world_size": 2}
+    return mix(
+        [
+            JsonLines(tmp_path / "a", **topology),
+            JsonLines(tmp_path / "b", **topology),
+            [["c", i] for i in range(20)],
+        ],
+        [3, 2, 1],
+        on_exhausted="drop",
+    )
+
+
+def prefix_error(tags: list[str], shares: dict[str, float]) -> float:
+    worst = 0.0
+    for tag, share in shares.items():
+        counts = np.cumsum([t == tag for t in tags])
+        worst = max(worst, float(np.abs(counts - np.arange(1, len(tags) + 1) * share).max()))
+    return worst
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("given", ["environment", "arguments"])
+def test_under_two_ranks_every_sample_once_and_each_shard_in_proportion(
+    tmp_path, monkeypatch, num_workers, given
+) -> None:
+    write_source(tmp_path, "a", 60, files=4)
+    write_source(tmp_path, "b", 30, files=4)
+    outputs = []
+    for rank in (0, 1):
+        if given == "environment":
+            monkeypatch.setenv("RANK", str(rank))
+            monkeypatch.setenv("WORLD_SIZE", "2")
+            mixed = ranked_mix(tmp_path)
+        else:
+            mixed = ranked_mix(tmp_path, rank)
+            assert (mixed.rank, mixed.world_size) == (rank, 2)
+        loader = DataLoader(mixed, batch_size=None, num_workers=num_workers)
+        outputs.append([tuple(x) for x in loader])
+    everything = outputs[0] + outputs[1]
+    want = (
+        [("a", i) for i in range(60)]
+        + [("b", i) for i in range(30)]
+        + [("c", i) for i in range(20)]
+    )
+    assert sorted(everything) == sorted(want)  # every sample exactly once across ranks
+    shares = {"a": 0.5, "b": 1 / 3, "c": 1 / 6}
+    for got in outputs:
+        # each shard (rank x worker) mixes its own part; the loader takes one item per
+        # worker in turn, so shard k's draws are got[k::num_workers] until one runs out
+        shards = [got] if num_workers == 0 else [got[k::num_workers] for k in range(num_workers)]
+        for draws in shards:
+            first = [t for t, _ in draws[:18]]  # before any source of the shard runs out
+            assert prefix_error(first, shares) < 1
+
+
+def test_sources_given_different_ranks_are_refused(tmp_path) -> None:
+    write_source(tmp_path, "a", 6)
+    with pytest.raises(ValueError) as info:
+        mix(
+            [
+                JsonLines(tmp_path / "a", rank=0, world_size=2),
+                JsonLines(tmp_path / "a", rank=1, world_size=2),
+            ]
+        )
+    assert str(info.value) == (
+        "the sources of mix were given different ranks (rank=0 of world_size=2, rank=1 of "
+        "world_size=2); give them one rank"
+    )
+    with pytest.raises(ValueError, match="pass both rank and world_size to mix"):
+        mix([[1, 2]], rank=1)
+    mixed = mix([JsonLines(tmp_path / "a", rank=0, world_size=2), [1, 2]])
+    assert (mixed.rank, mixed.world_size) == (0, 2)
+
+
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="one positive, finite number per dataset"):
         mix([Tagged("a", 1), Tagged("b", 1)], [1])

@@ -96,9 +96,32 @@ def test_a_different_worker_count_is_refused_with_the_numbers(tmp_path) -> None:
     assert str(info.value) == (
         "this state was saved mid-epoch by a loader with num_workers=2, and this one has "
         "num_workers=1: each worker of an IterableDataset reads its own shard of the stream, so a "
-        "stream resumes only with the same number of workers. Pass num_workers=2, or save at an "
-        "epoch boundary to change it."
+        "stream resumes only with the same number of workers (or with 0 and 1 workers, which "
+        "read the same single shard). Pass num_workers=2, or save at an epoch boundary to "
+        "change it."
     )
+
+
+@pytest.mark.parametrize(("saved_with", "resumed_with"), [(0, 1), (1, 0)], ids=["0-to-1", "1-to-0"])
+@pytest.mark.parametrize("stop_after", [0, 2, 7])
+def test_a_stream_moves_between_0_and_1_workers_mid_epoch(
+    tmp_path, saved_with, resumed_with, stop_after
+) -> None:
+    write_corpus(str(tmp_path))
+    whole = flat(loader_over(str(tmp_path), num_workers=saved_with))
+    assert whole == flat(loader_over(str(tmp_path), num_workers=resumed_with))  # one shard
+
+    first = loader_over(str(tmp_path), num_workers=saved_with)
+    it = iter(first)
+    head = flat(next(it) for _ in range(stop_after))
+    state = first.state_dict()
+    first.close()
+    resumed = loader_over(str(tmp_path), num_workers=resumed_with)
+    resumed.load_state_dict(state)
+    rest = flat(resumed)
+    resumed.close()
+    assert len(rest) == len(whole) - len(head)
+    assert head + rest == whole  # the same samples, order and augmentations
 
 
 def test_thread_workers_cannot_save_a_mid_epoch_stream_state(tmp_path) -> None:

@@ -119,6 +119,29 @@ def test_every_record_once_per_epoch_and_epochs_differ(tmp_path, kind, num_worke
     assert keys_of(other) != first
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_0_and_1_workers_give_one_order_and_more_workers_the_same_set(tmp_path, kind) -> None:
+    corpus = write_corpus(tmp_path)
+    make = make_readers(tmp_path)[kind]
+    orders = {
+        n: keys_of(DataLoader(make(), batch_size=None, num_workers=n, generator=7))
+        for n in (0, 1, 3)
+    }
+    assert orders[0] == orders[1]  # one shard either way, seeded alike
+    assert orders[0] != sorted(orders[0])
+    assert sorted(orders[3]) == sorted(orders[0]) == sorted(expected_keys(kind, corpus))
+
+
+def test_a_buffer_over_any_stream_gives_one_order_with_0_and_1_workers() -> None:
+    orders = [
+        list(
+            DataLoader(ShuffleBuffer(Counting(40), 10), batch_size=None, generator=4, num_workers=n)
+        )
+        for n in (0, 1)
+    ]
+    assert orders[0] == orders[1] and sorted(orders[0]) == list(range(40))
+
+
 def test_an_explicit_seed_fixes_the_order_whatever_the_loader_seed(tmp_path) -> None:
     write_corpus(tmp_path)
     orders = [
@@ -193,15 +216,23 @@ def test_resuming_reads_no_consumed_record_again(tmp_path) -> None:
     assert all(len(p) == 2 for p in state["dataset"]["buffer"])  # ... (file, record) pairs
 
 
+@pytest.mark.parametrize(
+    ("saved_with", "resumed_with"), [(0, 0), (0, 1), (1, 0)], ids=["0", "0-to-1", "1-to-0"]
+)
 @pytest.mark.parametrize("stop", [0, 3, 10, 25])
-def test_a_buffer_over_any_stream_resumes_with_its_samples(stop) -> None:
+def test_a_buffer_over_any_stream_resumes_with_its_samples(stop, saved_with, resumed_with) -> None:
     whole = list(DataLoader(ShuffleBuffer(Counting(40), 10), batch_size=None, generator=1))
-    loader = DataLoader(ShuffleBuffer(Counting(40), 10), batch_size=None, generator=1)
+    loader = DataLoader(
+        ShuffleBuffer(Counting(40), 10), batch_size=None, generator=1, num_workers=saved_with
+    )
     iterator = iter(loader)
     head = [next(iterator) for _ in range(stop)]
     state = loader.state_dict()
     del iterator
-    resumed = DataLoader(ShuffleBuffer(Counting(40), 10), batch_size=None, generator=2)
+    loader.close()
+    resumed = DataLoader(
+        ShuffleBuffer(Counting(40), 10), batch_size=None, generator=2, num_workers=resumed_with
+    )
     resumed.load_state_dict(state)
     assert head + list(resumed) == whole
     assert sorted(whole) == list(range(40)) and whole != list(range(40))

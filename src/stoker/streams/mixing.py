@@ -29,7 +29,10 @@ order of the ``sampler`` given with them as a ``(dataset, sampler)`` pair. Itera
 sources shard themselves over ranks and workers (stoker's readers do); a map-style
 source is split by index position: the shard ``s`` of ``S`` (rank x worker) reads the
 positions ``s, s + S, ...``. So with workers each worker mixes its own shard of every
-source, and the proportions hold for each worker's output.
+source, and the proportions hold for each worker's output. The rank comes from
+``rank=`` / ``world_size=``, else from the sources that were given one (stoker's readers
+take them), else from ``torch.distributed`` or ``RANK`` / ``WORLD_SIZE`` (see
+:mod:`stoker.sharding`).
 
 ``state_dict()`` holds the schedule (its step and credits) and each source's position:
 an iterable source's own ``state_dict()`` (stoker's readers and :class:`ShuffleBuffer`
@@ -89,6 +92,27 @@ class _Schedule:
         self.active[i] = False
         self.credit = [0.0] * len(self.credit)
         self._normalise()
+
+
+def _topology(
+    datasets: Sequence[Any], rank: int | None, world_size: int | None
+) -> tuple[int | None, int | None]:
+    """``(rank, world_size)`` of a mix: as given, else the sources' own, else ``None`` (found)."""
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None:
+            msg = f"pass both rank and world_size to mix, or neither; got {rank=}, {world_size=}"
+            raise ValueError(msg)
+        return check_int("rank", rank), check_int("world_size", world_size, minimum=1)
+    given = {
+        (d.rank, d.world_size)
+        for d in datasets
+        if getattr(d, "rank", None) is not None and getattr(d, "world_size", None) is not None
+    }
+    if len(given) > 1:
+        named = ", ".join(f"rank={r} of world_size={w}" for r, w in sorted(given))
+        msg = f"the sources of mix were given different ranks ({named}); give them one rank"
+        raise ValueError(msg)
+    return given.pop() if given else (None, None)
 
 
 class _Source:
@@ -157,6 +181,8 @@ class Mix(IterableDataset[Any]):
         *,
         seed: int | None = None,
         on_exhausted: str = "stop",
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> None:
         sources = list(datasets)
         if not sources:
@@ -179,6 +205,7 @@ class Mix(IterableDataset[Any]):
         self.weights = weights
         self.seed = check_optional_int("seed", seed)
         self.on_exhausted = check_choice("on_exhausted", on_exhausted, _ON_EXHAUSTED)
+        self.rank, self.world_size = _topology(self.datasets, rank, world_size)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._live: tuple[_Schedule, list[_Source], list[bool]] | None = None
@@ -198,7 +225,7 @@ class Mix(IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         resume, self._resume = self._resume, None
-        shard = current_shard()
+        shard = current_shard(rank=self.rank, world_size=self.world_size)
         schedule = _Schedule(self.weights, self._ties())
         sources = [_Source(d, s, shard) for d, s in zip(self.datasets, self.samplers, strict=True)]
         ran_out = [False] * len(sources)
@@ -279,6 +306,8 @@ def mix(
     *,
     seed: int | None = None,
     on_exhausted: str = "stop",
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> Mix:
     """Interleaves ``datasets`` in the proportions ``weights`` (see :class:`Mix`).
 
@@ -288,9 +317,13 @@ def mix(
         weights: one positive number per dataset (normalised); default equal weights.
         seed: decides which of equally credited sources is drawn first, per epoch.
         on_exhausted: ``"stop"``, ``"restart"`` or ``"drop"`` (see the module docs).
+        rank, world_size: the rank splitting the map-style sources; ``None`` takes the
+            sources' own (stoker's readers), else the distributed environment.
 
     Example:
         >>> "".join(mix([["a"] * 3, ["b"] * 3]))
         'ababab'
     """
-    return Mix(datasets, weights, seed=seed, on_exhausted=on_exhausted)
+    return Mix(
+        datasets, weights, seed=seed, on_exhausted=on_exhausted, rank=rank, world_size=world_size
+    )

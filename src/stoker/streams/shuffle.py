@@ -12,10 +12,12 @@ loader iterates the stream. With ``seed=None`` the buffer draws from the epoch s
 seed decides it, as it decides a map-style shuffle), and from ``(0, epoch)`` outside a loader
 (the readers' ``shuffle_buffer`` use their own ``seed`` there). Every epoch differs (call
 ``set_epoch``; the loader does). The *shard* is the ``(rank, worker)`` pair: each worker
-buffers its own part of the stream (see :mod:`stoker.sharding`), so the order the loader
-delivers depends on the number of workers and ranks, except in one case: when each file is
-read whole by one worker and the worker count is the same, which is the usual one. Only the
-same seed, epoch, files and topology reproduce an order exactly.
+buffers its own part of the stream (see :mod:`stoker.sharding`) and the loader interleaves
+the workers' outputs, so the order the loader delivers depends on the number of workers and
+ranks; only the same seed, epoch, files and topology reproduce an order exactly. The one
+exception: ``num_workers=0`` and ``num_workers=1`` read the same single shard with the same
+seeds, so they deliver the same order. The *set* of samples per epoch is the same whatever
+the topology.
 
 Resuming: ``state_dict()`` stores *positions*, not samples, when the stream is one of
 stoker's readers: the position (file index, record index) of the last record read and
