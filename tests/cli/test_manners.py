@@ -199,28 +199,67 @@ def test_ctrl_c_prints_one_line_exits_130_and_stops_the_workers(
     assert leaks.wait_gone(workers) == []
 
 
-@pytest.mark.parametrize("args", [["--help"], ["doctor", "{datasets}:dataset"]])
-def test_a_closed_pipe_ends_quietly_with_141(
-    args: list[str], datasets: str, tmp_path: Path
-) -> None:
-    # the reader is gone before the first line: `stoker ... | head -0`
+def _image_folder(root: Path, corrupt: bool = False) -> Path:
+    """``root/cat/*.png``, ``root/dog/*.png``: tiny real images (and a truncated one)."""
+    Image = pytest.importorskip("PIL.Image", reason="the folder holds real images")
+    for name in ("cat/0.png", "cat/1.png", "dog/2.png", "dog/3.png"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 6), (40, 90, 200)).save(root / name)
+    if corrupt:
+        (root / "dog" / "4.png").write_bytes((root / "dog" / "3.png").read_bytes()[:40])
+    return root
+
+
+def _with_closed_stdout(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Runs stoker with the reader gone before the first line: `stoker ... | head -0`."""
     read, write = os.pipe()
     os.close(read)
     try:
-        result = subprocess.run(
-            stoker_cmd(*(a.format(datasets=datasets) for a in args)),
+        return subprocess.run(
+            stoker_cmd(*args),
             stdout=write,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
             env=_env(),
-            cwd=tmp_path,
+            cwd=cwd,
             timeout=120,
         )
     finally:
         os.close(write)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["doctor", "{datasets}:dataset"],
+        ["bench", "{datasets}:dataset", "--workers", "0", "--batches", "2", "--batch-size", "4"],
+        ["demo", "--quick", "--no-torch", "--cache", "{tmp}/cache"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_a_closed_pipe_ends_quietly_with_141(
+    args: list[str], datasets: str, tmp_path: Path
+) -> None:
+    fill = {"datasets": datasets, "tmp": str(tmp_path)}
+    result = _with_closed_stdout([a.format(**fill) for a in args], tmp_path)
     assert result.returncode == 141, result.stderr
     assert result.stderr == ""
+
+
+def test_a_closed_pipe_ends_pack_quietly_with_141_and_keeps_the_pack(tmp_path: Path) -> None:
+    from stoker.formats.packed import PackedDataset
+
+    src = _image_folder(tmp_path / "images", corrupt=True)
+    dst = tmp_path / "packed"
+    result = _with_closed_stdout(["pack", str(src), str(dst), "--workers", "2"], tmp_path)
+    assert result.returncode == 141, result.stderr
+    # stderr keeps the progress lines (their reader is still there), and only those
+    assert result.stderr.splitlines() == ["stoker pack: 5/5 files (100%), 1 skipped"]
+    packed = PackedDataset(str(dst), verify="open")
+    assert len(packed) == 4 and packed.classes == ["cat", "dog"]
+    assert (dst / "skipped.txt").read_text().startswith("dog/4.png\tcorrupt image: ")
 
 
 def test_progress_in_a_log_is_a_few_plain_lines(datasets: str, tmp_path: Path) -> None:

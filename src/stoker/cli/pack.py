@@ -36,7 +36,7 @@ from stoker._errors import DatasetError
 from stoker._extras import require
 from stoker._image_files import IMAGE_CHECKS, read_image_file
 from stoker.cli._args import positive_int
-from stoker.cli._output import progress_bar, say, usage_error
+from stoker.cli._output import EXIT_BROKEN_PIPE, progress_bar, say, silence_stdout, usage_error
 
 __all__ = ["add_parser", "run"]
 
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         return _pack(args)
     except _NoSource as exc:
         return usage_error("pack", f"error: {exc}")
+    except BrokenPipeError:  # an OSError, but no error of the pack's: the status is 141
+        raise
     except (PackError, OSError, DatasetError) as exc:  # bad input, I/O errors, a damaged result
         say(f"stoker pack: error: {exc}", sys.stderr)
         return 1
@@ -327,6 +329,23 @@ class _Progress:
 # -- the command ---------------------------------------------------------------------------
 
 
+class _Lines:
+    """The command's lines on stdout. When the reader goes away (``stoker pack ... | head -1``)
+    the rest are dropped and the pack goes on to the end: a finished pack is kept."""
+
+    def __init__(self) -> None:
+        self.reader_gone = False
+
+    def __call__(self, text: str) -> None:
+        if self.reader_gone:
+            return
+        try:
+            say(text)
+        except BrokenPipeError:
+            self.reader_gone = True
+            silence_stdout()
+
+
 def _pack(args: argparse.Namespace) -> int:
     from stoker.formats.packed import PackedDataset, PackedWriter
 
@@ -345,9 +364,10 @@ def _pack(args: argparse.Namespace) -> int:
         raise PackError(msg)
     started = time.perf_counter()
     classes, items, notes = _list_items(args)
+    lines = _Lines()
     for note in notes:
-        say(f"stoker pack: {note}")
-    say(
+        lines(f"stoker pack: {note}")
+    lines(
         f"stoker pack: {len(items)} file(s)"
         + (f" in {len(classes)} class(es)" if classes is not None else "")
         + f" -> {args.dst} (shards of at most {args.shard_size:,} bytes, {args.workers} threads, "
@@ -378,7 +398,7 @@ def _pack(args: argparse.Namespace) -> int:
             progress.update(data is None)
         progress.close()
         _write_skipped(args.dst, skipped)
-        _report_skipped(args.dst, skipped)
+        _report_skipped(args.dst, skipped, lines)
         if writer.records == 0:
             msg = (
                 f"none of the {len(items)} file(s) could be read; nothing was packed (see "
@@ -393,12 +413,12 @@ def _pack(args: argparse.Namespace) -> int:
         raise
     dataset = PackedDataset(args.dst, verify="open" if args.verify else False)
     elapsed = time.perf_counter() - started
-    say(
+    lines(
         f"stoker pack: packed {len(dataset)} record(s), {payload / 1e6:,.1f} MB, into "
         f"{len(dataset.shard_paths)} shard(s) in {elapsed:.1f} s; skipped {len(skipped)}"
         + ("; verified every record's checksum" if args.verify else "")
     )
-    return 0
+    return EXIT_BROKEN_PIPE if lines.reader_gone else 0
 
 
 def _write_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
@@ -409,12 +429,13 @@ def _write_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
             f.write(f"{key}\t{reason}\n")
 
 
-def _report_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
+def _report_skipped(dst: str, skipped: list[tuple[str, str]], lines: _Lines) -> None:
     if not skipped:
         return
     listing = os.path.join(dst, "skipped.txt")
-    say(f"stoker pack: skipped {len(skipped)} unreadable or corrupt file(s) (listed in {listing}):")
+    count = len(skipped)
+    lines(f"stoker pack: skipped {count} unreadable or corrupt file(s) (listed in {listing}):")
     for key, reason in skipped[:_SKIPPED_SHOWN]:
-        say(f"  {key}: {reason}")
+        lines(f"  {key}: {reason}")
     if len(skipped) > _SKIPPED_SHOWN:
-        say(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")
+        lines(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")
