@@ -87,7 +87,9 @@ def test_a_truncated_jpeg_and_a_text_file_fail_and_exit_1(bad_folder: Path) -> N
     assert truncated.strip().startswith(str(bad_folder / "cat" / "zz_truncated.jpg"))
     assert "corrupt image: OSError: image file is truncated" in truncated
     text = next(line for line in lines if "x.jpg" in line)
-    assert "corrupt image: UnidentifiedImageError" in text
+    named = str(bad_folder / "dog" / "x.jpg")
+    assert f"corrupt image: UnidentifiedImageError: cannot identify image file {named!r}" in text
+    assert "BytesIO" not in out  # Pillow's name for the bytes it read means nothing to users
     assert lines[-1].startswith("result: FAILED (") and "failure" in lines[-1]
 
 

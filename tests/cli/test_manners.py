@@ -152,7 +152,10 @@ def test_a_missing_target_is_exit_2_in_every_command(
             ["pack", "S", "D", "--shard-size", "-5"],
             "argument --shard-size: a size needs a positive",
         ),
-        (["demo", "--step-ms", "-1"], "--step-ms must be 0 or more, got -1.0"),
+        (["demo", "--step-ms", "-1"], "argument --step-ms: must be a finite number of 0 or more"),
+        (["demo", "--step-ms", "inf"], "argument --step-ms: must be a finite number of 0 or more"),
+        (["demo", "--step-ms", "nan"], "argument --step-ms: must be a finite number of 0 or more"),
+        (["demo", "--step-ms", "x"], "argument --step-ms: expected a number, got 'x'"),
     ],
 )
 def test_a_bad_value_is_exit_2_before_anything_runs(
@@ -161,6 +164,7 @@ def test_a_bad_value_is_exit_2_before_anything_runs(
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"usage: stoker {args[0]} ")  # argparse's, before any work
     assert list(tmp_path.iterdir()) == []
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import ImageDecodeError
+from stoker._image_files import pillow_reason
 from stoker._validate import check_choice, is_int
 
 __all__ = [
@@ -129,7 +130,8 @@ def decode_image(
         raise
     except Exception as exc:
         where = source if source is not None else f"an image of {len(raw)} bytes"
-        reason = str(exc) if isinstance(exc, _TooManyPixels) else f"{type(exc).__name__}: {exc}"
+        named = repr(source) if source is not None else f"(an image of {len(raw)} bytes)"
+        reason = str(exc) if isinstance(exc, _TooManyPixels) else pillow_reason(exc, named)
         if isinstance(exc, _TooManyPixels):
             msg = f"cannot decode {where}: {reason}."
         else:
