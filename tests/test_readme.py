@@ -81,3 +81,24 @@ def test_the_layout_warning_is_as_the_readme_says(
         assert ImageFolder("photos").classes == ["train", "val"]
     [warning] = [r.getMessage() for r in caplog.records]
     assert "did you mean ImageFolder('photos/train')" in warning
+
+
+def test_the_first_code_line_is_the_torch_import_and_no_extra_pins_a_release() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+    first = BLOCKS[0].splitlines()[0]
+    assert first.split("#")[0].strip() == "from stoker.torch import DataLoader"
+    assert "from torch.utils.data import DataLoader" in first  # what it replaces
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    requirements = extras["project"]["optional-dependencies"]
+    # exact builds belong in .ci/constraints.txt; the extras users install only set floors
+    pinned = [r for rs in requirements.values() for r in rs if "==" in r or "===" in r]
+    assert pinned == []
+    assert requirements["torch"] == ["torch>=2.6"]
+
+
+def test_the_demo_time_says_what_it_depends_on() -> None:
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert "depends above all on how many CPUs are idle" in text
+    # both an idle and a busy machine's figure, as ranges and a measurement
+    assert "about 20-40 s of timed stages, plus 10-15 s the first time" in text
+    assert "several times that when other processes keep the CPUs busy" in text
