@@ -14,12 +14,17 @@ Files are read by a pool of threads and each image is checked with Pillow (a ful
 decode at reduced scale by default, which catches truncated JPEGs); unreadable or
 corrupt files are skipped, listed on stdout and in ``DST/skipped.txt``
 (``PATH<TAB>REASON`` per line), and counted in the manifest's metadata.
+
+A pack that does not finish (Ctrl-C, an error) removes its partial files, and ``DST``
+itself when the command created it; a pack that finishes is kept even when the reader of
+its output went away (``stoker pack ... | head -1``, exit status 141).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -378,6 +383,7 @@ def _pack(args: argparse.Namespace) -> int:
         "packed_by": "stoker pack",
         "check": args.check,
     }
+    created = not os.path.exists(args.dst)  # an unfinished pack leaves no empty DST behind
     writer = PackedWriter(
         args.dst,
         max_shard_bytes=args.shard_size,
@@ -407,9 +413,12 @@ def _pack(args: argparse.Namespace) -> int:
             raise PackError(msg)
         writer.metadata["skipped"] = len(skipped)
         writer.close()
-    except BaseException:
+    except BaseException:  # Ctrl-C included
         progress.close()
         writer.abort()
+        if created:
+            with contextlib.suppress(OSError):  # kept when it holds skipped.txt
+                os.rmdir(args.dst)
         raise
     dataset = PackedDataset(args.dst, verify="open" if args.verify else False)
     elapsed = time.perf_counter() - started
