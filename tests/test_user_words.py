@@ -1,7 +1,8 @@
 """What users read speaks of stoker and its users: no words from how the project is run.
 
-README, docs, BENCHMARKS.md, every docstring and message in the package, and every
-``--help`` the command line prints.
+README, docs, BENCHMARKS.md, every docstring and message in the package and in the
+benchmark scripts (their output is what BENCHMARKS.md quotes), and every ``--help`` the
+command line prints.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SUBCOMMANDS = ["demo", "pack", "doctor", "bench"]
 def user_texts() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("**/*.md"))]
     files += sorted((ROOT / "src" / "stoker").glob("**/*.py"))
+    files += sorted((ROOT / "benchmarks").glob("*.py"))
     return files
 
 
@@ -69,3 +71,8 @@ def test_the_rule_catches_what_it_is_for() -> None:
     )
     assert not insider_phrases("the seed of the sampler; PyTorch issue 13246; the seeds are drawn")
     assert not insider_phrases("keeps the seed\nthe seed-like arguments (torch issue 13246)")
+
+
+def test_the_benchmark_scripts_are_read_too() -> None:
+    read = {p.relative_to(ROOT).as_posix() for p in user_texts()}
+    assert "benchmarks/bench_memory.py" in read and "benchmarks/bench_peers.py" in read

@@ -57,7 +57,11 @@ class DatasetIndexError(DatasetError, IndexError):
 
 
 class ImageDecodeError(DatasetError, ValueError):
-    """Encoded bytes could not be decoded as an image; the message names the file."""
+    """Encoded bytes could not be decoded as an image; the message names the file.
+
+    Raised by :func:`stoker.vision.decode_image`, it also has ``filename`` (the file, or
+    None for bytes of no file) and ``reason`` (what the decoder said).
+    """
 
 
 class PackedFormatError(DatasetError):

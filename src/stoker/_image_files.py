@@ -15,10 +15,20 @@ Pillow comes with the ``image`` extra; the callers check that it is installed.
 from __future__ import annotations
 
 import io
+import re
 
-__all__ = ["IMAGE_CHECKS", "check_image", "read_image_file"]
+__all__ = ["IMAGE_CHECKS", "check_image", "pillow_reason", "read_image_file"]
 
 IMAGE_CHECKS = ("decode", "verify", "none")
+# how Pillow names the in-memory file it was given: "<_io.BytesIO object at 0x7f...>"
+_BUFFER_REPR = re.compile(r"<_io\.BytesIO object at 0x[0-9a-fA-F]+>")
+
+
+def pillow_reason(exc: BaseException, name: str) -> str:
+    """``TypeName: message`` of what Pillow raised, with ``name`` (the file) where Pillow's
+    message shows the in-memory buffer it read (``cannot identify image file <_io.BytesIO
+    object at 0x...>``)."""
+    return f"{type(exc).__name__}: {_BUFFER_REPR.sub(lambda _: name, str(exc))}"
 
 
 def check_image(data: bytes, mode: str) -> None:
@@ -48,5 +58,5 @@ def read_image_file(path: str, mode: str) -> tuple[bytes | None, str | None]:
     try:
         check_image(data, mode)
     except Exception as exc:  # Pillow raises many types for bad images
-        return None, f"corrupt image: {type(exc).__name__}: {exc}"
+        return None, f"corrupt image: {pillow_reason(exc, repr(path))}"
     return data, None

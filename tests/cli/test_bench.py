@@ -258,3 +258,26 @@ def test_every_derived_column_of_the_table_is_defined_under_it() -> None:
     for column in set(_COLUMNS) - plain:
         assert f"{column} = " in note, column
     assert "* = the knee" in note
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_corrupt_image_is_one_line_that_points_at_doctor(workers, tmp_path, capsys) -> None:
+    pytest.importorskip("PIL", reason="image folders need Pillow (the image extra)")
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    for name in ("a/0.jpg", "a/1.jpg", "b/2.jpg"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (16, 12), (200, 40, 10)).save(folder / name)
+    bad = folder / "b" / "3.jpg"
+    bad.write_bytes((folder / "b" / "2.jpg").read_bytes()[:200])  # truncated
+    rc = main(["bench", str(folder), "--workers", workers, "--batches", "2", "--warmup", "0",
+               "--batch-size", "4", "--size", "8", "--no-shuffle"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if not line.startswith("  [")]  # not progress
+    assert line.startswith(f"stoker bench: {bad} is not a readable image (")
+    assert line.endswith(
+        f"; `stoker doctor {folder}` checks every file and lists the unreadable ones"
+    )

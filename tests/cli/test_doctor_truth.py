@@ -4,6 +4,7 @@ draws no dtype or layout warnings, no Normalize advice for normalised data, exit
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -86,7 +87,9 @@ def test_a_truncated_jpeg_and_a_text_file_fail_and_exit_1(bad_folder: Path) -> N
     assert truncated.strip().startswith(str(bad_folder / "cat" / "zz_truncated.jpg"))
     assert "corrupt image: OSError: image file is truncated" in truncated
     text = next(line for line in lines if "x.jpg" in line)
-    assert "corrupt image: UnidentifiedImageError" in text
+    named = str(bad_folder / "dog" / "x.jpg")
+    assert f"corrupt image: UnidentifiedImageError: cannot identify image file {named!r}" in text
+    assert "BytesIO" not in out  # Pillow's name for the bytes it read means nothing to users
     assert lines[-1].startswith("result: FAILED (") and "failure" in lines[-1]
 
 
@@ -137,3 +140,44 @@ def test_unscaled_data_gets_the_advice_and_warnings_alone_exit_0(data_file: str)
     assert "  WARN  sample: sample[0] is in [0, 1]" in result.stdout
     assert "paste: Normalize(mean=[0.4995, 0.4991, 0.4988]" in result.stdout
     assert result.stdout.rstrip().endswith("1 warning, 0 failures)")
+
+
+def _stats(*args: str) -> dict[str, object]:
+    result = doctor(*args, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    [stats] = [f["data"] for f in report["findings"] if f["check"] == "stats"]
+    return {"mean": stats["mean"], "std": stats["std"], "target": report["target"]}
+
+
+def test_a_folder_and_its_packed_copies_report_the_same_pixel_stats(tmp_path: Path) -> None:
+    from stoker.formats.packed import PackedWriter
+
+    folder = tmp_path / "photos"
+    for c, name in enumerate(("cat", "dog")):
+        (folder / name).mkdir(parents=True)
+        for i in range(3):  # large enough that --size 64 decodes the JPEGs at reduced size
+            (folder / name / f"{i}.jpg").write_bytes(jpeg(10 * c + i, (260, 300)))
+    packed = tmp_path / "packed"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
+    )
+    subprocess.run([sys.executable, "-m", "stoker", "pack", str(folder), str(packed)],
+                   check=True, capture_output=True, env=env, timeout=300)  # fmt: skip
+    # a pack of (image bytes, label) records written by a script: told apart by its schema
+    written = tmp_path / "written"
+    with PackedWriter(str(written), classes=["cat", "dog"]) as writer:
+        for label, name in enumerate(("cat", "dog")):
+            for path in sorted((folder / name).iterdir()):
+                writer.add((path.read_bytes(), label))
+    args = ("--size", "64", "--batch-size", "2", "--num-batches", "1", "--stats-samples", "6")
+    from_folder = _stats(str(folder), *args)
+    from_pack = _stats(str(packed), *args)
+    from_written = _stats(str(written), *args)
+    assert from_folder.pop("target") == f"image folder {folder} (resized and cropped to 64)"
+    assert from_pack.pop("target") == f"packed images {packed} (decoded, resized and cropped to 64)"
+    assert (
+        from_written.pop("target")
+        == f"packed images {written} (decoded, resized and cropped to 64)"
+    )
+    assert from_folder == from_pack == from_written

@@ -22,6 +22,7 @@ COMMANDS = ("demo", "pack", "doctor", "bench")
 
 DATASETS = textwrap.dedent(
     """
+    import os
     import time
 
     import numpy as np
@@ -41,6 +42,18 @@ DATASETS = textwrap.dedent(
 
 
     slow = Slow()
+
+
+    class Marked(Slow):  # Slow, and creates $STOKER_TEST_STARTED as it reads its first sample
+
+        def __getitem__(self, i):
+            started = os.environ.get("STOKER_TEST_STARTED")
+            if started and not os.path.exists(started):
+                open(started, "w").close()
+            return super().__getitem__(i)
+
+
+    marked = Marked()
     """
 )
 
@@ -152,7 +165,10 @@ def test_a_missing_target_is_exit_2_in_every_command(
             ["pack", "S", "D", "--shard-size", "-5"],
             "argument --shard-size: a size needs a positive",
         ),
-        (["demo", "--step-ms", "-1"], "--step-ms must be 0 or more, got -1.0"),
+        (["demo", "--step-ms", "-1"], "argument --step-ms: must be a finite number of 0 or more"),
+        (["demo", "--step-ms", "inf"], "argument --step-ms: must be a finite number of 0 or more"),
+        (["demo", "--step-ms", "nan"], "argument --step-ms: must be a finite number of 0 or more"),
+        (["demo", "--step-ms", "x"], "argument --step-ms: expected a number, got 'x'"),
     ],
 )
 def test_a_bad_value_is_exit_2_before_anything_runs(
@@ -161,6 +177,7 @@ def test_a_bad_value_is_exit_2_before_anything_runs(
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"usage: stoker {args[0]} ")  # argparse's, before any work
     assert list(tmp_path.iterdir()) == []
 
 
@@ -199,28 +216,67 @@ def test_ctrl_c_prints_one_line_exits_130_and_stops_the_workers(
     assert leaks.wait_gone(workers) == []
 
 
-@pytest.mark.parametrize("args", [["--help"], ["doctor", "{datasets}:dataset"]])
-def test_a_closed_pipe_ends_quietly_with_141(
-    args: list[str], datasets: str, tmp_path: Path
-) -> None:
-    # the reader is gone before the first line: `stoker ... | head -0`
+def _image_folder(root: Path, corrupt: bool = False) -> Path:
+    """``root/cat/*.png``, ``root/dog/*.png``: tiny real images (and a truncated one)."""
+    Image = pytest.importorskip("PIL.Image", reason="the folder holds real images")
+    for name in ("cat/0.png", "cat/1.png", "dog/2.png", "dog/3.png"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 6), (40, 90, 200)).save(root / name)
+    if corrupt:
+        (root / "dog" / "4.png").write_bytes((root / "dog" / "3.png").read_bytes()[:40])
+    return root
+
+
+def _with_closed_stdout(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Runs stoker with the reader gone before the first line: `stoker ... | head -0`."""
     read, write = os.pipe()
     os.close(read)
     try:
-        result = subprocess.run(
-            stoker_cmd(*(a.format(datasets=datasets) for a in args)),
+        return subprocess.run(
+            stoker_cmd(*args),
             stdout=write,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
             env=_env(),
-            cwd=tmp_path,
+            cwd=cwd,
             timeout=120,
         )
     finally:
         os.close(write)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["doctor", "{datasets}:dataset"],
+        ["bench", "{datasets}:dataset", "--workers", "0", "--batches", "2", "--batch-size", "4"],
+        ["demo", "--quick", "--no-torch", "--cache", "{tmp}/cache"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_a_closed_pipe_ends_quietly_with_141(
+    args: list[str], datasets: str, tmp_path: Path
+) -> None:
+    fill = {"datasets": datasets, "tmp": str(tmp_path)}
+    result = _with_closed_stdout([a.format(**fill) for a in args], tmp_path)
     assert result.returncode == 141, result.stderr
     assert result.stderr == ""
+
+
+def test_a_closed_pipe_ends_pack_quietly_with_141_and_keeps_the_pack(tmp_path: Path) -> None:
+    from stoker.formats.packed import PackedDataset
+
+    src = _image_folder(tmp_path / "images", corrupt=True)
+    dst = tmp_path / "packed"
+    result = _with_closed_stdout(["pack", str(src), str(dst), "--workers", "2"], tmp_path)
+    assert result.returncode == 141, result.stderr
+    # stderr keeps the progress lines (their reader is still there), and only those
+    assert result.stderr.splitlines() == ["stoker pack: 5/5 files (100%), 1 skipped"]
+    packed = PackedDataset(str(dst), verify="open")
+    assert len(packed) == 4 and packed.classes == ["cat", "dog"]
+    assert (dst / "skipped.txt").read_text().startswith("dog/4.png\tcorrupt image: ")
 
 
 def test_progress_in_a_log_is_a_few_plain_lines(datasets: str, tmp_path: Path) -> None:
@@ -248,3 +304,83 @@ def test_bench_writes_nothing_in_the_current_folder_unless_asked(
     assert result.returncode == 0, result.stderr
     assert [p.name for p in work.iterdir()] == ["sweep.png"]
     assert f"plot: {work / 'sweep.png'}" in result.stdout
+
+
+def _interrupt(
+    args: list[str], cwd: Path, started: Path, fifo: Path | None = None
+) -> tuple[int, str]:
+    """Runs stoker, sends Ctrl-C (SIGINT to its process group, as a terminal does) once
+    ``started`` exists; returns the exit status and stderr. A reader blocked on ``fifo``
+    is then given end-of-file, as a stuck read would end."""
+    env = _env()
+    env["STOKER_TEST_STARTED"] = str(started)
+    proc = subprocess.Popen(
+        stoker_cmd(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert started.exists(), "the command never started its work"
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        if fifo is not None:
+            time.sleep(0.3)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open returns
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err
+
+
+def test_ctrl_c_in_pack_exits_130_and_leaves_no_destination_behind(tmp_path: Path) -> None:
+    src = _image_folder(tmp_path / "images")
+    fifo = src / "dog" / "9.png"
+    os.mkfifo(fifo)  # reading it blocks: the pack is under way when Ctrl-C comes
+    listing = tmp_path / "files.txt"
+    listing.write_text("cat/0.png\tcat\ncat/1.png\tcat\ndog/9.png\tdog\ndog/2.png\tdog\n")
+    dst = tmp_path / "out" / "packed"
+    args = ["pack", str(src), str(dst), "--files", str(listing), "--workers", "1"]
+    status, err = _interrupt(args, tmp_path, started=dst, fifo=fifo)
+    assert status == 130, err
+    assert err.splitlines() == ["stoker: interrupted"]
+    assert not dst.exists()  # the folder pack created, half written, is gone
+    assert (tmp_path / "out").is_dir()  # what was there before stays
+
+
+def test_ctrl_c_in_doctor_exits_130_with_one_line(datasets: str, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    status, err = _interrupt(["doctor", f"{datasets}:marked"], tmp_path, started)
+    assert status == 130, err
+    assert err.splitlines() == ["stoker: interrupted"]
+
+
+def test_pack_progress_in_a_log_is_a_few_plain_lines(tmp_path: Path) -> None:
+    pytest.importorskip("tqdm", reason="with tqdm installed, a log still gets plain lines")
+    src = _image_folder(tmp_path / "images")
+    result = run("pack", str(src), str(tmp_path / "packed"), "--workers", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr and "\r" not in result.stdout
+    assert result.stderr.splitlines() == ["stoker pack: 4/4 files (100%), 0 skipped"]
+
+
+def test_demo_progress_in_a_log_is_a_few_plain_lines(tmp_path: Path) -> None:
+    pytest.importorskip("tqdm", reason="with tqdm installed, a log still gets plain lines")
+    pytest.importorskip("PIL", reason="the demo writes JPEG files")
+    result = run("demo", "--quick", "--no-torch", "--cache", str(tmp_path / "cache"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr and "\r" not in result.stdout
+    assert result.stderr == ""
+    stages = [line for line in result.stdout.splitlines() if line.startswith("  stage ")]
+    assert [line.split()[:3] for line in stages] == [
+        ["stage", str(n), "stoker"] for n in (1, 2, 3, 4)
+    ]

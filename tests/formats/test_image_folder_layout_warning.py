@@ -1,5 +1,6 @@
-"""A root one level too high (``photos/`` over ``photos/train/<class>/``) is named in a
-warning, by ImageFolder and by ``stoker pack``; a normal layout gives none."""
+"""A root one level too high (``photos/`` over ``photos/train/<class>/`` and
+``photos/val/<class>/``) is named in a warning, by ImageFolder and by ``stoker pack``; a
+normal layout gives none."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from stoker.formats.image_folder import ImageFolder
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def _photos(tmp_path: Path) -> Path:
+def _photos(tmp_path: Path, *, val: bool = False) -> Path:
     photos = tmp_path / "photos"
-    for name in ("train/cat/1.png", "train/dog/2.png", "train/dog/3.png"):
+    names = ["train/cat/1.png", "train/dog/2.png", "train/dog/3.png"]
+    names += ["val/cat/4.png", "val/dog/5.png"] if val else []
+    for name in names:
         (photos / name).parent.mkdir(parents=True, exist_ok=True)
         Image.new("RGB", (8, 6)).save(photos / name)
     return photos
@@ -39,6 +42,29 @@ def _expected(photos: Path) -> str:
     )
 
 
+def _expected_with_val(photos: Path) -> str:
+    train = os.path.join(str(photos), "train")
+    return (
+        f"ImageFolder: {str(photos)!r} holds 2 class folders ('train', 'val') with no images "
+        "of their own, only folders ('train' holds 'cat', 'dog'): every image in "
+        f"{train!r} would get the one label of class 'train'. If those folders are the "
+        f"classes, pass the folder that holds them: did you mean ImageFolder({train!r}) "
+        f"(stoker pack {train} DST)?"
+    )
+
+
+def _pack(src: Path, dst: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", "stoker.cli", "pack", str(src), str(dst), "--workers", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_image_folder_warns_when_its_only_class_holds_folders(tmp_path, caplog) -> None:
     photos = _photos(tmp_path)
     with caplog.at_level(logging.WARNING, logger="stoker"):
@@ -49,27 +75,41 @@ def test_image_folder_warns_when_its_only_class_holds_folders(tmp_path, caplog) 
 
 def test_stoker_pack_prints_the_same_warning(tmp_path) -> None:
     photos = _photos(tmp_path)
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stoker.cli",
-            "pack",
-            str(photos),
-            str(tmp_path / "packed"),
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    result = _pack(photos, tmp_path / "packed")
     assert result.returncode == 0, result.stderr
     assert _expected(photos) in result.stderr.splitlines()
     assert "3 file(s) in 1 class(es)" in result.stdout
+
+
+def test_train_and_val_under_the_root_are_named_in_a_warning(tmp_path, caplog) -> None:
+    # the README's layout, photos/train/<class>/ and photos/val/<class>/, given photos/
+    photos = _photos(tmp_path, val=True)
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        folder = ImageFolder(photos)
+    assert folder.classes == ["train", "val"]  # still loads: a warning, not an error
+    assert [r.getMessage() for r in caplog.records] == [_expected_with_val(photos)]
+    result = _pack(photos, tmp_path / "packed")
+    assert result.returncode == 0, result.stderr
+    assert _expected_with_val(photos) in result.stderr.splitlines()
+    assert "5 file(s) in 2 class(es)" in result.stdout
+
+
+def test_classes_whose_images_are_all_in_subfolders_are_named_in_a_warning(
+    tmp_path, caplog
+) -> None:
+    root = tmp_path / "root"
+    for name in ("cat/a/1.png", "cat/b/2.png", "dog/a/3.png"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 6)).save(root / name)
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        ImageFolder(root)
+    cat = os.path.join(str(root), "cat")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"ImageFolder: {str(root)!r} holds 2 class folders ('cat', 'dog') with no images of "
+        f"their own, only folders ('cat' holds 'a', 'b'): every image in {cat!r} would get the "
+        "one label of class 'cat'. If those folders are the classes, pass the folder that "
+        f"holds them: did you mean ImageFolder({cat!r}) (stoker pack {cat} DST)?"
+    ]
 
 
 def test_a_folder_of_class_folders_gives_no_warning(tmp_path, caplog, capsys) -> None:

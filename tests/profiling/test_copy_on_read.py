@@ -120,3 +120,17 @@ def test_the_walk_is_bounded_in_time_and_depth() -> None:
     assert [f.where for f in find_large_containers(Deep(2))] == ["dataset.child.child.items"]
     assert find_large_containers(Paths(paths()), budget_s=0.0) == []
     assert MIN_BYTES == 16 * 2**20
+
+
+def test_the_gc_freeze_measurement_is_where_the_docstring_says() -> None:
+    import re
+    from pathlib import Path
+
+    import stoker.profiling.copy_on_read as module
+
+    root = Path(__file__).resolve().parents[2]
+    doc = module.__doc__ or ""
+    cited = re.findall(r"\b(docs/[\w.-]+\.md|BENCHMARKS\.md|benchmarks/[\w.-]+\.py)\b", doc)
+    assert cited, "the docstring names where gc.freeze() was measured"
+    for name in cited:  # each place it names exists and records the gc.freeze() measurement
+        assert "gc.freeze()" in (root / name).read_text(encoding="utf-8"), name

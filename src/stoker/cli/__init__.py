@@ -15,19 +15,19 @@ Every command exits with the same status for the same outcome:
   names the extra to install, like ``pip install 'stoker[image]'``);
 * 130: interrupted with Ctrl-C (``stoker: interrupted`` on stderr, workers stopped);
 * 141: the reader of the output went away (``stoker ... | head -1``), as for a command
-  ended by SIGPIPE; nothing more is printed.
+  ended by SIGPIPE; nothing more is printed (``stoker pack`` still finishes and keeps
+  the pack).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import stoker
+from stoker.cli._output import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, silence_stdout
 
 __all__ = ["main"]
 
@@ -59,10 +59,6 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as shells report a command whose reader went away
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status (see the module's docstring)."""
     from stoker._extras import MissingExtraError
@@ -89,18 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("stoker: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return EXIT_BROKEN_PIPE
-
-
-def _silence_stdout() -> None:
-    """Points stdout at /dev/null, so the interpreter's last flush raises no second error."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor
-            os.dup2(devnull, sys.stdout.fileno())
-    finally:
-        os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,9 +7,10 @@ the command with argparse's usage line and exit status 2, before anything runs.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
-__all__ = ["int_list", "nonnegative_int", "positive_int"]
+__all__ = ["int_list", "nonnegative_float", "nonnegative_int", "positive_int"]
 
 
 def _integer(text: str) -> int:
@@ -32,6 +33,17 @@ def nonnegative_int(text: str) -> int:
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number of 0 or more (``inf`` and ``nan`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {text}")
     return value
 
 

@@ -2,6 +2,7 @@
 
 * :func:`usage_error`: ``stoker COMMAND: message`` on stderr, and exit status 2;
 * :func:`say`: a line that survives characters the terminal cannot encode;
+* :func:`silence_stdout`: what a command does once the reader of its output went away;
 * :func:`progress_bar`: a tqdm bar on stderr when stderr is a terminal, else None (a log
   file or a pipe, or no tqdm: the ``cli`` extra), for the command to fall back to a few
   plain lines;
@@ -10,14 +11,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from typing import Any
 
 from stoker._extras import install_hint
 
-__all__ = ["PLOT_INSTALL", "progress_bar", "pyplot", "say", "usage_error"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_INTERRUPTED",
+    "PLOT_INSTALL",
+    "progress_bar",
+    "pyplot",
+    "say",
+    "silence_stdout",
+    "usage_error",
+]
 
 PLOT_INSTALL = install_hint("matplotlib")  # what a missing plot asks for
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as shells report a command whose reader went away
 
 
 def usage_error(command: str, message: str) -> int:
@@ -34,6 +48,17 @@ def say(text: str, stream: Any = None) -> None:
     except UnicodeEncodeError:
         encoding = getattr(stream, "encoding", None) or "ascii"
         print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream, flush=True)
+
+
+def silence_stdout() -> None:
+    """Points stdout at /dev/null, so later lines and the interpreter's last flush raise no
+    second error once the reader of the output went away (``stoker ... | head -1``)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor
+            os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def progress_bar(total: int, unit: str, desc: str | None = None) -> Any:

@@ -6,8 +6,10 @@ TARGET is one of:
   :class:`stoker.formats.image_folder.ImageFolder`, resized and centre-cropped to
   ``--size`` (0 keeps each file's size);
 * a packed dataset directory (it holds ``manifest.json``), read with
-  :class:`stoker.formats.packed.PackedDataset`; images packed by ``stoker pack`` are
-  decoded and resized like an image folder's;
+  :class:`stoker.formats.packed.PackedDataset`; images packed by ``stoker pack`` (or any
+  pack of image bytes, or of ``(image bytes, label)`` records) are decoded with
+  :class:`stoker.vision.DecodeImage` and resized like an image folder's, so a folder and
+  its packed copy give the same samples;
 * ``module:attr`` or ``path/to/file.py:attr``, naming a dataset object, or a class or
   function that returns one when called without arguments (the current directory is
   importable, as with ``python -m``).
@@ -24,6 +26,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import weakref
 from typing import Any
 
 from stoker._extras import require
@@ -66,34 +69,42 @@ class TargetError(ValueError):
     """TARGET names nothing the doctor can load."""
 
 
-class _DecodePacked:
-    """Decodes the images ``stoker pack`` stored: ``bytes`` or ``(bytes, label)`` records."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __call__(self, record: Any) -> Any:
-        from stoker.vision import decode_image
-
-        data, label = record if isinstance(record, tuple) else (record, None)
-        image = _resize_crop(decode_image(data, size_hint=self.size or None), self.size)
-        return image if label is None else (image, label)
+_DECODED_HERE: weakref.WeakSet[Any] = weakref.WeakSet()  # datasets load_target decodes
+# how the encoded images stoker packs begin: JPEG, PNG, GIF, BMP, TIFF (both byte orders), WebP
+_IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF")
 
 
-def _resize_crop(image: Any, size: int) -> Any:
+def _fit(size: int) -> Any:
+    """Resize the shorter side to ``size`` and centre-crop to ``size`` x ``size``, or None.
+
+    The public transforms, so JPEGs are decoded at reduced size alike from a folder
+    (ImageFolder) and from a pack (DecodeImage): the two give the same pixels.
+    """
     if not size:
-        return image
-    from stoker.vision import CenterCrop, Resize
+        return None
+    from stoker.vision import CenterCrop, Compose, Resize
 
-    return CenterCrop(size)(Resize(size)(image))
+    return Compose([Resize(size), CenterCrop(size)])
 
 
-class _ResizeCrop:
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __call__(self, image: Any) -> Any:
-        return _resize_crop(image, self.size)
+def _holds_images(dataset: Any) -> bool:
+    """Whether a packed dataset's records are encoded images: written by ``stoker pack``, or
+    of its schema (image bytes, or image bytes and an int label) with an image's signature."""
+    if dataset.metadata.get("packed_by") == "stoker pack":
+        return True
+    schema = dataset.manifest.get("schema") or {}
+    kinds = [field.get("kind") for field in schema.get("fields", ())]
+    layout = schema.get("layout")
+    if not (
+        (layout == "single" and kinds == ["bytes"])
+        or (layout == "tuple" and kinds == ["bytes", "int"])
+    ):
+        return False
+    if len(dataset) == 0:
+        return False
+    record = dataset[0]
+    data = bytes(record[0] if layout == "tuple" else record)
+    return data.startswith(_IMAGE_SIGNATURES)
 
 
 def load_target(spec: str, *, size: int = DEFAULT_SIZE, command: str = "doctor") -> tuple[Any, str]:
@@ -112,9 +123,12 @@ def load_target(spec: str, *, size: int = DEFAULT_SIZE, command: str = "doctor")
             from stoker.formats.packed import PackedDataset
 
             dataset = PackedDataset(spec)
-            if dataset.metadata.get("packed_by") == "stoker pack":
+            if _holds_images(dataset):
+                from stoker.vision import DecodeImage
+
                 require("PIL", f"stoker {command}", "to decode images")
-                dataset = PackedDataset(spec, transform=_DecodePacked(size))
+                dataset = PackedDataset(spec, transform=DecodeImage(_fit(size)))
+                _DECODED_HERE.add(dataset)
                 return dataset, f"packed images {spec}" + (
                     f" (decoded, resized and cropped to {size})" if size else ""
                 )
@@ -122,8 +136,9 @@ def load_target(spec: str, *, size: int = DEFAULT_SIZE, command: str = "doctor")
         from stoker.formats.image_folder import ImageFolder
 
         require("PIL", f"stoker {command}", "to decode images")
-        transform = _ResizeCrop(size) if size else None
-        return ImageFolder(spec, transform=transform), f"image folder {spec}" + (
+        folder = ImageFolder(spec, transform=_fit(size))
+        _DECODED_HERE.add(folder)
+        return folder, f"image folder {spec}" + (
             f" (resized and cropped to {size})" if size else ""
         )
     module_name, colon, attr = spec.rpartition(":")
@@ -150,10 +165,9 @@ def decoded_here(dataset: Any) -> bool:
     images): its samples are then stoker's decoding, not the user's own transform's output."""
     from stoker.formats.image_folder import ImageFolder
 
-    transform = getattr(dataset, "transform", None)
-    if isinstance(transform, (_ResizeCrop, _DecodePacked)):
+    if dataset in _DECODED_HERE:
         return True
-    return isinstance(dataset, ImageFolder) and transform is None
+    return isinstance(dataset, ImageFolder) and dataset.transform is None
 
 
 def _looks_like_dataset(obj: Any) -> bool:

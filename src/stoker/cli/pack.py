@@ -14,12 +14,17 @@ Files are read by a pool of threads and each image is checked with Pillow (a ful
 decode at reduced scale by default, which catches truncated JPEGs); unreadable or
 corrupt files are skipped, listed on stdout and in ``DST/skipped.txt``
 (``PATH<TAB>REASON`` per line), and counted in the manifest's metadata.
+
+A pack that does not finish (Ctrl-C, an error) removes its partial files, and ``DST``
+itself when the command created it; a pack that finishes is kept even when the reader of
+its output went away (``stoker pack ... | head -1``, exit status 141).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -36,7 +41,7 @@ from stoker._errors import DatasetError
 from stoker._extras import require
 from stoker._image_files import IMAGE_CHECKS, read_image_file
 from stoker.cli._args import positive_int
-from stoker.cli._output import progress_bar, say, usage_error
+from stoker.cli._output import EXIT_BROKEN_PIPE, progress_bar, say, silence_stdout, usage_error
 
 __all__ = ["add_parser", "run"]
 
@@ -141,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         return _pack(args)
     except _NoSource as exc:
         return usage_error("pack", f"error: {exc}")
+    except BrokenPipeError:  # an OSError, but no error of the pack's: the status is 141
+        raise
     except (PackError, OSError, DatasetError) as exc:  # bad input, I/O errors, a damaged result
         say(f"stoker pack: error: {exc}", sys.stderr)
         return 1
@@ -327,6 +334,23 @@ class _Progress:
 # -- the command ---------------------------------------------------------------------------
 
 
+class _Lines:
+    """The command's lines on stdout. When the reader goes away (``stoker pack ... | head -1``)
+    the rest are dropped and the pack goes on to the end: a finished pack is kept."""
+
+    def __init__(self) -> None:
+        self.reader_gone = False
+
+    def __call__(self, text: str) -> None:
+        if self.reader_gone:
+            return
+        try:
+            say(text)
+        except BrokenPipeError:
+            self.reader_gone = True
+            silence_stdout()
+
+
 def _pack(args: argparse.Namespace) -> int:
     from stoker.formats.packed import PackedDataset, PackedWriter
 
@@ -345,9 +369,10 @@ def _pack(args: argparse.Namespace) -> int:
         raise PackError(msg)
     started = time.perf_counter()
     classes, items, notes = _list_items(args)
+    lines = _Lines()
     for note in notes:
-        say(f"stoker pack: {note}")
-    say(
+        lines(f"stoker pack: {note}")
+    lines(
         f"stoker pack: {len(items)} file(s)"
         + (f" in {len(classes)} class(es)" if classes is not None else "")
         + f" -> {args.dst} (shards of at most {args.shard_size:,} bytes, {args.workers} threads, "
@@ -358,6 +383,7 @@ def _pack(args: argparse.Namespace) -> int:
         "packed_by": "stoker pack",
         "check": args.check,
     }
+    created = not os.path.exists(args.dst)  # an unfinished pack leaves no empty DST behind
     writer = PackedWriter(
         args.dst,
         max_shard_bytes=args.shard_size,
@@ -378,7 +404,7 @@ def _pack(args: argparse.Namespace) -> int:
             progress.update(data is None)
         progress.close()
         _write_skipped(args.dst, skipped)
-        _report_skipped(args.dst, skipped)
+        _report_skipped(args.dst, skipped, lines)
         if writer.records == 0:
             msg = (
                 f"none of the {len(items)} file(s) could be read; nothing was packed (see "
@@ -387,18 +413,21 @@ def _pack(args: argparse.Namespace) -> int:
             raise PackError(msg)
         writer.metadata["skipped"] = len(skipped)
         writer.close()
-    except BaseException:
+    except BaseException:  # Ctrl-C included
         progress.close()
         writer.abort()
+        if created:
+            with contextlib.suppress(OSError):  # kept when it holds skipped.txt
+                os.rmdir(args.dst)
         raise
     dataset = PackedDataset(args.dst, verify="open" if args.verify else False)
     elapsed = time.perf_counter() - started
-    say(
+    lines(
         f"stoker pack: packed {len(dataset)} record(s), {payload / 1e6:,.1f} MB, into "
         f"{len(dataset.shard_paths)} shard(s) in {elapsed:.1f} s; skipped {len(skipped)}"
         + ("; verified every record's checksum" if args.verify else "")
     )
-    return 0
+    return EXIT_BROKEN_PIPE if lines.reader_gone else 0
 
 
 def _write_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
@@ -409,12 +438,13 @@ def _write_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
             f.write(f"{key}\t{reason}\n")
 
 
-def _report_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
+def _report_skipped(dst: str, skipped: list[tuple[str, str]], lines: _Lines) -> None:
     if not skipped:
         return
     listing = os.path.join(dst, "skipped.txt")
-    say(f"stoker pack: skipped {len(skipped)} unreadable or corrupt file(s) (listed in {listing}):")
+    count = len(skipped)
+    lines(f"stoker pack: skipped {count} unreadable or corrupt file(s) (listed in {listing}):")
     for key, reason in skipped[:_SKIPPED_SHOWN]:
-        say(f"  {key}: {reason}")
+        lines(f"  {key}: {reason}")
     if len(skipped) > _SKIPPED_SHOWN:
-        say(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")
+        lines(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")

@@ -322,8 +322,6 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
             f"(looked for images ending in {looked_for}).{hint}"
         )
         raise FileNotFoundError(msg)
-    if len(class_dirs) == 1:
-        _warn_if_one_level_up(root, class_dirs[0][1])
     paths: list[str] = []
     labels: list[int] = []
     claims: dict[Identity, Claim] = {}
@@ -354,32 +352,42 @@ def _scan(root: str, extensions: tuple[str, ...]) -> tuple[list[str], list[int],
             "extensions=(...) for other file types."
         )
         raise FileNotFoundError(msg)
+    _warn_if_one_level_up(root, [dirname for _, dirname in class_dirs], paths)
     return paths, labels, {name: label for label, (name, _) in enumerate(class_dirs)}
 
 
-def _warn_if_one_level_up(root: str, dirname: str) -> None:
-    """Warns when the only class folder holds folders: ``root`` is probably one level too high.
+def _warn_if_one_level_up(root: str, class_dirs: list[str], paths: list[str]) -> None:
+    """Warns when no class folder holds an image of its own, only folders that do: ``root``
+    is probably one level too high.
 
-    ``ImageFolder("photos")`` over ``photos/train/cat/...`` finds the single class ``train``
-    and gives every image its label; ``ImageFolder("photos/train")`` was meant.
+    ``ImageFolder("photos")`` over ``photos/train/cat/...`` and ``photos/val/cat/...``
+    finds the classes ``train`` and ``val`` and gives every training image one label;
+    ``ImageFolder("photos/train")`` was meant. ``paths`` are the images found, relative to
+    ``root``.
     """
-    inner = os.path.join(root, dirname)
-    try:
-        with os.scandir(inner) as entries:
-            folders = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
-    except OSError:
-        return
-    if not folders:
-        return
+    if not paths or any(path.count("/") < 2 for path in paths):
+        return  # some class folder holds images of its own: a normal layout
+    first = paths[0].split("/", 1)[0]
+    inner = os.path.join(root, first)
+    folders = sorted({path.split("/", 2)[1] for path in paths if path.split("/", 1)[0] == first})
     shown = ", ".join(repr(f) for f in folders[:4]) + (", ..." if len(folders) > 4 else "")
+    if len(class_dirs) == 1:
+        found = f"{root!r} holds a single class folder, {first!r}, and it holds folders ({shown})"
+        effect = f"every image would get the one label of class {first!r}"
+    else:
+        names = ", ".join(repr(d) for d in class_dirs[:4]) + (
+            ", ..." if len(class_dirs) > 4 else ""
+        )
+        found = (
+            f"{root!r} holds {len(class_dirs)} class folders ({names}) with no images of their "
+            f"own, only folders ({first!r} holds {shown})"
+        )
+        effect = f"every image in {inner!r} would get the one label of class {first!r}"
     logger.warning(
-        "ImageFolder: %r holds a single class folder, %r, and it holds folders (%s): every "
-        "image would get the one label of class %r. If those folders are the classes, pass "
-        "the folder that holds them: did you mean ImageFolder(%r) (stoker pack %s DST)?",
-        root,
-        dirname,
-        shown,
-        dirname,
+        "ImageFolder: %s: %s. If those folders are the classes, pass the folder that holds "
+        "them: did you mean ImageFolder(%r) (stoker pack %s DST)?",
+        found,
+        effect,
         inner,
         inner,
     )

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import ImageDecodeError
+from stoker._image_files import pillow_reason
 from stoker._validate import check_choice, is_int
 
 __all__ = [
@@ -129,16 +130,19 @@ def decode_image(
         raise
     except Exception as exc:
         where = source if source is not None else f"an image of {len(raw)} bytes"
+        named = repr(source) if source is not None else f"(an image of {len(raw)} bytes)"
+        reason = str(exc) if isinstance(exc, _TooManyPixels) else pillow_reason(exc, named)
         if isinstance(exc, _TooManyPixels):
-            msg = f"cannot decode {where}: {exc}."
+            msg = f"cannot decode {where}: {reason}."
         else:
             msg = (
-                f"cannot decode {where}: {type(exc).__name__}: {exc}. The file is corrupt, "
+                f"cannot decode {where}: {reason}. The file is corrupt, "
                 "truncated or not an image; re-encode or remove it, or pass on_error='skip' to "
                 "the DataLoader to leave bad files out."
             )
         error = ImageDecodeError(msg)
         error.filename = source  # type: ignore[attr-defined]
+        error.reason = reason  # type: ignore[attr-defined]
         raise error from exc
 
 

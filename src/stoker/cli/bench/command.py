@@ -14,6 +14,7 @@ import platform
 import sys
 from typing import Any
 
+from stoker._errors import ImageDecodeError
 from stoker._extras import MissingExtraError
 from stoker._proc import usable_cpus
 from stoker.cli._args import int_list, nonnegative_int, positive_int
@@ -204,6 +205,17 @@ def run(args: argparse.Namespace) -> int:
             shuffle=args.shuffle,
             progress=bar,
         )
+    except ImageDecodeError as exc:  # a bad file: one line, and the command that finds them all
+        bar.close()
+        what = getattr(exc, "filename", None) or "an image"
+        reason = getattr(exc, "reason", None)
+        print(
+            f"stoker bench: {what} is not a readable image"
+            + (f" ({reason})" if reason else "")
+            + f"; `stoker doctor {args.target}` checks every file and lists the unreadable ones",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         bar.close()
     png = plot_png(result, title) if (args.plot or args.html) else None

@@ -9,7 +9,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from stoker.cli._output import PLOT_INSTALL, usage_error
+from stoker.cli._args import nonnegative_float
+from stoker.cli._output import PLOT_INSTALL
 from stoker.cli.demo.cache import DemoData, build, cache_root
 from stoker.cli.demo.config import DemoConfig
 from stoker.cli.demo.report import (
@@ -61,8 +62,9 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--step-ms",
-        type=float,
+        type=nonnegative_float,
         default=None,
+        metavar="MS",
         help="simulated accelerator time per training step (default 20; 5 with --quick): "
         "loading gains show only while loading is slower than the step",
     )
@@ -76,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     config = DemoConfig.quick() if args.quick else DemoConfig.full()
     if args.step_ms is not None:
-        if not args.step_ms >= 0:
-            return usage_error("demo", f"--step-ms must be 0 or more, got {args.step_ms}")
         config = replace(config, step_ms=args.step_ms)
     libraries = _libraries(args.no_torch)
     root = cache_root(args.cache)
