@@ -415,6 +415,8 @@ warnings.simplefilter("always")
 loader = DataLoader(Samples(24, width=32768), batch_size=4, num_workers=2, timeout=60)
 it = iter(loader)
 batches = [next(it)]
+slots = loader._live_pool().slots  # made for the first batch, not yet all created
+print("slots before", len(slots.names), "of", slots.capacity)
 fd = os.open("/dev/shm/filler", os.O_CREAT | os.O_WRONLY)
 size = 0
 while True:  # fill /dev/shm to its last page
@@ -425,6 +427,7 @@ while True:  # fill /dev/shm to its last page
     size += 4096
 os.close(fd)
 batches.extend(it)
+print("slots after", len(slots.names))
 print("got", [i for b in batches for i in b[0].tolist()])
 """
 
@@ -454,8 +457,16 @@ def test_dev_shm_filling_up_mid_epoch_loses_no_sample(tmp_path) -> None:
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == f"got {list(range(24))}"
-    assert done.stderr.count("stoker could not create another shared-memory slot for batches") <= 1
+    before, after, got = done.stdout.splitlines()[-3:]
+    assert got == f"got {list(range(24))}"
+    # the fault happened: slots were still to be made when /dev/shm filled up, none was made
+    # after, and the one warning says why
+    made, _, capacity = before.split()[2:]
+    assert int(made) < int(capacity), before
+    assert after == f"slots after {made}"
+    warned = "stoker could not create another shared-memory slot for batches (cannot reserve"
+    assert done.stderr.count(warned) == 1, done.stderr[-3000:]
+    assert "No space left on device" in done.stderr
 
 
 _REPLACEMENT_FAILS = r"""
