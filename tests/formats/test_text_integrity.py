@@ -164,11 +164,46 @@ def test_property_verify_open_is_not_fooled_by_any_flipped_bit_of_a_gzip_file(tm
         assert got == expected, f"bit {bit}"
 
 
-def test_property_a_truncated_gzip_file_always_raises(tmp_path) -> None:
-    path = write_lines(tmp_path / "x.jsonl.gz", jsonl_bytes(40))
+def test_property_without_verify_a_flipped_bit_of_a_gzip_file_still_ends_in_an_error(
+    tmp_path,
+) -> None:
+    """verify=False: the gzip CRC-32 and length are checked when the file ends, so a flip
+    that inflates to other text is still reported, after its lines were delivered."""
+    lines = [f"ligne {i} é".encode() for i in range(40)]
+    path = write_lines(tmp_path / "x.txt.gz", lines)
+    expected = [line.decode() for line in lines]
+    for bit in bits_to_try(os.path.getsize(path) * 8, 1500, seed=3):
+        delivered = []
+        with flipped(path, bit):
+            try:
+                delivered.extend(TextLines([path]))
+            except DatasetError as exc:
+                assert str(path) in str(exc)
+                continue
+        assert delivered == expected, f"bit {bit}: other lines and no error"
+
+
+@pytest.mark.parametrize("verify", [False, "open"])
+@pytest.mark.parametrize("cls", [TextLines, JsonLines])
+def test_property_a_truncated_gzip_file_always_raises_after_the_lines_it_holds(
+    tmp_path, cls, verify
+) -> None:
+    """Cut anywhere, a .gz file raises naming the line it stopped after; the lines before the
+    cut come through whole (verify=False; TextLines would show a cut line) or none does
+    (verify="open")."""
+    lines = jsonl_bytes(40)
+    path = write_lines(tmp_path / "x.jsonl.gz", lines)
+    whole = [json.loads(line) if cls is JsonLines else line.decode() for line in lines]
     for size in range(os.path.getsize(path)):
-        with truncated(path, size), pytest.raises(DatasetError, match="truncated or corrupt"):
-            list(JsonLines([path], verify="open"))
+        delivered = []
+        with truncated(path, size), pytest.raises(DatasetError) as caught:
+            delivered.extend(cls([path], verify=verify))
+        text = str(caught.value)
+        assert f"{str(path)!r}" in text and "truncated or corrupt" in text, size
+        assert delivered == whole[: len(delivered)], size
+        where = f"after line {len(delivered)}" if delivered else "before its first line"
+        assert where in text, (size, text)
+        assert not (delivered and verify == "open"), size
 
 
 def test_verify_is_checked() -> None:
