@@ -168,6 +168,7 @@ class Ledger:
     generation: int = 0  # which iterator owns the pool now (a newer one supersedes the older)
     shm_disabled: bool = False  # the slot pool could not be made: batches travel through pipes
     slot_warning_given: bool = False
+    slot_map_warned: set[int] = field(default_factory=set)  # workers that could not map a slot
 
 
 class WorkerPool:
