@@ -250,6 +250,15 @@ class InitFailed(Exception):
     pass
 
 
+def use_up_file_descriptors(worker: int) -> None:
+    """worker_init_fn: lowers the open-file limit to what the worker has open, so it cannot
+    open or map anything more (a worker that ran out of file descriptors)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))
+
+
 def failing_init(worker: int) -> None:
     """A worker_init_fn that fails in worker 1."""
     if worker == 1:

@@ -25,6 +25,7 @@ from engine.engine_datasets import (
     Samples,
     collate_unpicklable_at,
     failing_init,
+    use_up_file_descriptors,
 )
 from stoker import DataLoader, WorkerError
 
@@ -415,6 +416,8 @@ warnings.simplefilter("always")
 loader = DataLoader(Samples(24, width=32768), batch_size=4, num_workers=2, timeout=60)
 it = iter(loader)
 batches = [next(it)]
+slots = loader._live_pool().slots  # made for the first batch, not yet all created
+print("slots before", len(slots.names), "of", slots.capacity)
 fd = os.open("/dev/shm/filler", os.O_CREAT | os.O_WRONLY)
 size = 0
 while True:  # fill /dev/shm to its last page
@@ -425,6 +428,7 @@ while True:  # fill /dev/shm to its last page
     size += 4096
 os.close(fd)
 batches.extend(it)
+print("slots after", len(slots.names))
 print("got", [i for b in batches for i in b[0].tolist()])
 """
 
@@ -454,8 +458,43 @@ def test_dev_shm_filling_up_mid_epoch_loses_no_sample(tmp_path) -> None:
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == f"got {list(range(24))}"
-    assert done.stderr.count("stoker could not create another shared-memory slot for batches") <= 1
+    before, after, got = done.stdout.splitlines()[-3:]
+    assert got == f"got {list(range(24))}"
+    # the fault happened: slots were still to be made when /dev/shm filled up, none was made
+    # after, and the one warning says why
+    made, _, capacity = before.split()[2:]
+    assert int(made) < int(capacity), before
+    assert after == f"slots after {made}"
+    warned = "stoker could not create another shared-memory slot for batches (cannot reserve"
+    assert done.stderr.count(warned) == 1, done.stderr[-3000:]
+    assert "No space left on device" in done.stderr
+
+
+def test_a_worker_that_cannot_map_a_slot_sends_the_batch_through_the_pipe() -> None:
+    """Real file-descriptor exhaustion in the worker: mapping a slot fails with EMFILE. The
+    batch comes anyway, and the warning names the worker, the indices and the OSError."""
+    loader = DataLoader(
+        Samples(40, width=32768),  # 1 MiB batches: they go to shared-memory slots
+        batch_size=4,
+        num_workers=1,
+        multiprocessing_context="fork",
+        worker_init_fn=use_up_file_descriptors,
+        timeout=30,
+    )
+    with pytest.warns(RuntimeWarning) as warned:
+        batches = list(loader)
+    assert [int(i) for b in batches for i in b[0]] == list(range(40))
+    assert all((b[4] == b[0][:, None]).all() for b in batches)  # each row holds its index
+    texts = [str(w.message) for w in warned if "shared-memory slot" in str(w.message)]
+    assert len(texts) == 1, texts  # once per worker, however many batches it concerns
+    assert re.fullmatch(
+        r"stoker worker 0 \(pid \d+\) could not map its shared-memory slot for indices "
+        r"\[(\d+), \d+, \d+, \d+\] \(OSError: \[Errno 24\] Too many open files\); that "
+        r"batch, and any later one whose slot it cannot map, travels through the pipe instead, "
+        r"which is slower\. Nothing is lost\. If the worker ran out of file descriptors, raise "
+        r"the open-file limit \(ulimit -n\) or open fewer files in the dataset\.",
+        texts[0],
+    ), texts[0]
 
 
 _REPLACEMENT_FAILS = r"""

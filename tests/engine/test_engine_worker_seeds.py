@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import pickle
 import random
 import time
@@ -33,7 +34,8 @@ from engine.engine_datasets import (
     seed_globals_in_init,
     split_range_in_init,
 )
-from stoker import DataLoader
+from harness import leaks
+from stoker import ArrayDataset, DataLoader
 
 MODES = ("process", "thread")
 USER_SEED = 12345
@@ -280,8 +282,44 @@ def test_an_unpicklable_worker_init_fn_gets_torchs_warning_and_is_named() -> Non
         next(iter(loader))
     assert (
         "stoker could not pickle worker_init_fn (local_init_fn) for its forkserver workers; "
-        "define it at module level, or use multiprocessing_context='fork'"
+        "define it at module level, use multiprocessing_context='fork', or worker_mode='thread'"
     ) in notes(excinfo.value)
+
+
+def test_a_lambda_collate_fn_under_spawn_names_it_and_the_fixes_and_leaves_nothing(
+    tmp_path,
+) -> None:
+    # a dataset large enough that its array goes to the spec's shared segment before the
+    # lambda fails to pickle: the segment must go with the failed start
+    dataset = ArrayDataset(np.arange(64 * 1024, dtype=np.float64).reshape(-1, 16))
+    loader = DataLoader(
+        dataset,
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context="spawn",
+        collate_fn=lambda batch: batch,
+    )
+    with (
+        pytest.warns(UserWarning) as warned,
+        pytest.raises((AttributeError, TypeError, pickle.PicklingError)) as excinfo,
+    ):
+        next(iter(loader))
+    (warning,) = [w for w in warned if "pickle error" in str(w.message)]
+    assert str(warning.message).startswith(
+        "Got pickle error when attempting to start a worker Process. spawn workers receive the "
+        "dataset, collate_fn and worker_init_fn pickled"
+    )
+    assert (
+        "multiprocessing_context='fork' starts them by fork instead, and worker_mode='thread' "
+        "runs the workers as threads: neither pickles anything."
+    ) in str(warning.message)
+    assert (
+        "stoker could not pickle collate_fn (<lambda>) for its spawn workers; define it at "
+        "module level, use multiprocessing_context='fork', or worker_mode='thread'"
+    ) in notes(excinfo.value)
+    assert leaks.shm_segments(os.getpid()) == []  # the spec's segment went at once
+    del loader, excinfo
+    assert leaks.worker_processes() == []
 
 
 # ------------------------------------------------------------------ out-of-order streams

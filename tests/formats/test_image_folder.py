@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from formats.damage import truncated
 from stoker import DataLoader, DatasetError, DatasetIndexError
 from stoker.formats.image_folder import IMG_EXTENSIONS, ImageFolder
 from stoker.vision import (
@@ -584,3 +585,34 @@ def test_undecodable_file_name_round_trips_through_json(tmp_path: Path) -> None:
     folder.save_index(tmp_path / "i.json")
     again = ImageFolder.from_index(tmp_path / "i.json")
     assert again.path(0) == folder.path(0) and again[0][0].shape == (4, 4, 3)
+
+
+@pytest.mark.parametrize("decode", ["auto", "pillow", "pil"])
+@pytest.mark.parametrize("name", ["a/x.jpg", "b/y.png"])
+def test_property_a_truncated_image_raises_naming_the_file_never_gives_other_pixels(
+    tmp_path, name, decode
+) -> None:
+    """Cut anywhere (a sample of offsets, the last bytes included), an image raises an
+    ImageDecodeError naming its file. Only a PNG cut in its last 20 bytes (the zlib checksum,
+    the chunk CRC and the end chunk: after every pixel) may decode, to the pixels written."""
+    noise = np.random.default_rng(0).integers(0, 256, (24, 32, 3), dtype=np.uint8)
+    path = write(tmp_path / name, noise)
+    write(tmp_path / ("b/y.png" if name.startswith("a/") else "a/x.jpg"))  # the other class
+    folder = ImageFolder(tmp_path, decode=decode)
+    index = 0 if name.startswith("a/") else 1
+    assert os.path.samefile(folder.samples[index][0], path)
+    expected = np.asarray(folder[index][0])
+    whole = path.read_bytes()
+    cuts = sorted({0, 1, 2, *range(3, len(whole), 97), *range(len(whole) - 24, len(whole))})
+    decoded = []
+    for cut in cuts:
+        with truncated(path, cut):
+            try:
+                image = folder[index][0]
+            except ImageDecodeError as exc:
+                assert str(exc).startswith(f"cannot decode {folder.samples[index][0]}: "), cut
+                assert "corrupt, truncated or not an image" in str(exc), cut
+                continue
+        assert np.array_equal(np.asarray(image), expected), f"cut at {cut}: other pixels"
+        decoded.append(len(whole) - cut)
+    assert max(decoded, default=0) <= (20 if name.endswith(".png") else 0), decoded

@@ -354,3 +354,111 @@ def test_a_version_1_dataset_still_opens_and_says_what_is_not_protected(tmp_path
         f"{manifest_path(path)} is packed format version 1, whose manifest has no checksum: "
         "damage to it"
     )
+
+
+# -- item: a manifest that is not a file, far too large, or nested too deeply --------------------
+
+
+def replace_manifest(path: str, make) -> str:
+    target = manifest_path(path)
+    os.remove(target)
+    make(target)
+    return target
+
+
+def write_text(text: str):
+    def make(target: str) -> None:
+        with open(target, "w") as f:
+            f.write(text)
+
+    return make
+
+
+def sparse(size: int):
+    def make(target: str) -> None:
+        with open(target, "wb") as f:
+            f.truncate(size)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        pytest.param(
+            write_text("[" * 100_000),
+            r"manifest\.json is not valid JSON \(RecursionError: maximum recursion depth exceeded "
+            r"while decoding a JSON array.*\): the manifest is damaged",
+            id="nested-lists",
+        ),
+        pytest.param(
+            write_text('{"a": ' * 100_000),
+            r"manifest\.json is not valid JSON \(RecursionError: maximum recursion depth exceeded"
+            r".*\): the manifest is damaged",
+            id="nested-objects",
+        ),
+        pytest.param(
+            write_text('{"format": "stoker-packed", "records": ' + "9" * 5000 + "}"),
+            r"manifest\.json is not valid JSON \(Exceeds the limit .* for integer string "
+            r"conversion.*\): the manifest is damaged",
+            id="huge-integer",
+        ),
+        pytest.param(
+            sparse(64 * 2**20 + 1),
+            r"the manifest '.*manifest\.json' is 67108865 bytes, far above any manifest stoker "
+            r"writes \(at most 67108864 bytes are read\): it is damaged or not a manifest",
+            id="over-64-MiB",
+        ),
+        pytest.param(
+            os.mkdir,
+            r"the manifest '.*manifest\.json' is not a regular file \(it is a device, a FIFO or a "
+            r"folder\)",
+            id="folder",
+        ),
+        pytest.param(
+            os.mkfifo,
+            r"the manifest '.*manifest\.json' is not a regular file",
+            id="fifo",
+        ),
+        pytest.param(
+            lambda target: os.symlink("/dev/zero", target),
+            r"the manifest '.*manifest\.json' is not a regular file",
+            id="link-to-dev-zero",
+        ),
+    ],
+)
+def test_a_manifest_that_cannot_be_parsed_safely_is_refused_naming_it(
+    tmp_path, make, expected
+) -> None:
+    path = write(tmp_path / "d", int64_records())
+    replace_manifest(path, make)
+    with pytest.raises(PackedFormatError, match=expected) as caught:
+        PackedDataset(path)
+    assert manifest_path(path) in str(caught.value)
+    assert REWRITE in str(caught.value)
+
+
+def test_a_manifest_nested_just_short_of_the_parser_limit_is_refused_too(tmp_path) -> None:
+    """Nesting that parses can still be too deep to check (the checksum re-encodes the JSON a
+    few calls deeper): every depth around the parser's limit raises PackedFormatError."""
+    path = write(tmp_path / "d", int64_records())
+
+    def open_nested(depth: int) -> str:
+        nested = "[" * depth + "]" * depth
+        head = '{"format": "stoker-packed", "version": 2, "manifest_crc32": 0, "x": '
+        replace_manifest(path, write_text(head + nested + "}"))
+        with pytest.raises(PackedFormatError) as caught:
+            PackedDataset(path)
+        return str(caught.value)
+
+    low, high = 1, 100_000  # parses at low, not at high
+    messages = {}
+    while high - low > 1:
+        middle = (low + high) // 2
+        messages[middle] = open_nested(middle)
+        if "is not valid JSON" in messages[middle]:
+            high = middle
+        else:
+            low = middle
+    assert all(manifest_path(path) in message for message in messages.values())
+    assert messages[low].startswith(f"{manifest_path(path)} nests too deeply to be checked")

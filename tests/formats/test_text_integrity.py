@@ -164,11 +164,93 @@ def test_property_verify_open_is_not_fooled_by_any_flipped_bit_of_a_gzip_file(tm
         assert got == expected, f"bit {bit}"
 
 
-def test_property_a_truncated_gzip_file_always_raises(tmp_path) -> None:
-    path = write_lines(tmp_path / "x.jsonl.gz", jsonl_bytes(40))
+def test_property_without_verify_a_flipped_bit_of_a_gzip_file_still_ends_in_an_error(
+    tmp_path,
+) -> None:
+    """verify=False: the gzip CRC-32 and length are checked when the file ends, so a flip
+    that inflates to other text is still reported, after its lines were delivered."""
+    lines = [f"ligne {i} é".encode() for i in range(40)]
+    path = write_lines(tmp_path / "x.txt.gz", lines)
+    expected = [line.decode() for line in lines]
+    for bit in bits_to_try(os.path.getsize(path) * 8, 1500, seed=3):
+        delivered = []
+        with flipped(path, bit):
+            try:
+                delivered.extend(TextLines([path]))
+            except DatasetError as exc:
+                assert str(path) in str(exc)
+                continue
+        assert delivered == expected, f"bit {bit}: other lines and no error"
+
+
+@pytest.mark.parametrize("verify", [False, "open"])
+@pytest.mark.parametrize("cls", [TextLines, JsonLines])
+def test_property_a_truncated_gzip_file_always_raises_after_the_lines_it_holds(
+    tmp_path, cls, verify
+) -> None:
+    """Cut anywhere, a .gz file raises naming the line it stopped after; the lines before the
+    cut come through whole (verify=False; TextLines would show a cut line) or none does
+    (verify="open")."""
+    lines = jsonl_bytes(40)
+    path = write_lines(tmp_path / "x.jsonl.gz", lines)
+    whole = [json.loads(line) if cls is JsonLines else line.decode() for line in lines]
     for size in range(os.path.getsize(path)):
-        with truncated(path, size), pytest.raises(DatasetError, match="truncated or corrupt"):
-            list(JsonLines([path], verify="open"))
+        delivered = []
+        with truncated(path, size), pytest.raises(DatasetError) as caught:
+            delivered.extend(cls([path], verify=verify))
+        text = str(caught.value)
+        assert f"{str(path)!r}" in text and "truncated or corrupt" in text, size
+        assert delivered == whole[: len(delivered)], size
+        where = f"after line {len(delivered)}" if delivered else "before its first line"
+        assert where in text, (size, text)
+        assert not (delivered and verify == "open"), size
+
+
+def lines_around(data: bytes, offset: int) -> tuple[int, int]:
+    """How many whole lines end before byte ``offset``, and after the line holding it (its
+    newline included: damage to a newline touches the line it ends and the next)."""
+    before = data.count(b"\n", 0, offset)
+    end = data.find(b"\n", offset + (data[offset : offset + 1] == b"\n"))
+    after = data.count(b"\n", end + 1) if end >= 0 else 0
+    return before, after
+
+
+def assert_only_the_damaged_lines_differ(got, whole, before, after, most, where) -> None:
+    """``got`` holds the first ``before`` and the last ``after`` lines of ``whole`` unchanged,
+    in place, and at most ``most`` others in between: what the damaged line became."""
+    assert got[:before] == whole[:before], where
+    if after:
+        assert got[-after:] == whole[-after:], where
+    assert before + after <= len(got) <= before + after + most, where
+
+
+@pytest.mark.parametrize("cls", [TextLines, JsonLines])
+def test_property_damage_to_a_plain_file_touches_the_damaged_line_only(tmp_path, cls) -> None:
+    """No checksum protects plain text: a flipped bit changes or costs (on_error='skip') the line
+    that holds it (a newline made or unmade splits or joins it), a cut costs the rest of the
+    line it falls in; no other line changes, moves or vanishes."""
+    lines = [json.dumps({"i": i, "text": f"ligne {i} é*J"}).encode() for i in range(20)]
+    path = write_lines(tmp_path / "x.jsonl", lines)
+    with open(path, "rb") as f:
+        data = f.read()
+    whole = list(cls([path]))
+    for bit in bits_to_try(len(data) * 8, 500, seed=4):
+        before, after = lines_around(data, bit // 8)
+        ds = cls([path], on_error="skip")
+        with flipped(path, bit):
+            got = list(ds)
+        # what the damaged line became: itself changed, two lines (a new newline), or skipped
+        most = 2 if cls is TextLines else 1
+        assert_only_the_damaged_lines_differ(got, whole, before, after, most, f"bit {bit}")
+        assert len(got) + ds.skipped >= before + after + 1, f"bit {bit}: a line vanished"
+    for size in range(0, len(data), 3):
+        before = data.count(b"\n", 0, size)
+        ds = cls([path], on_error="skip")
+        with truncated(path, size):
+            got = list(ds)
+        assert_only_the_damaged_lines_differ(got, whole, before, 0, 1, f"cut at {size}")
+        if size > 0 and data[size - 1 : size] != b"\n":  # a line was cut: delivered or reported
+            assert len(got) + ds.skipped == before + 1, f"cut at {size}"
 
 
 def test_verify_is_checked() -> None:

@@ -135,6 +135,8 @@ class Done:
     idle_s: float = 0.0  # time the worker waited for work since its previous answer (autotuning)
     # an iterable dataset with state_dict: its stream's state right after this batch
     stream_state: Any = None
+    # the worker could not map the task's slot ("OSError: ..."): the batch came without it
+    slot_error: str = ""
 
     __reduce__ = _reduce
 

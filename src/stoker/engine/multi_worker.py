@@ -448,6 +448,8 @@ class MultiWorkerIterator:
             return  # an answer to an epoch this iterator replaced: its slot is back, nothing else
         self._in_flight -= 1
         if isinstance(message, Done):
+            if message.slot_error:
+                self._warn_slot_map(message, pending)
             self._ready[message.task_id] = self._on_done(message, pending, leased)
             if message.stream_state is not None:
                 self._stream_states[message.task_id] = (worker_id, message.stream_state)
@@ -560,6 +562,27 @@ class MultiWorkerIterator:
             f"stoker could not create another shared-memory slot for batches ({error}); the "
             f"{len(self._pool.slots.names)} it has keep serving, and the batches they cannot hold "
             "travel through pipes and one-off segments, which is slower. Nothing is lost.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+    def _warn_slot_map(self, message: Done, pending: Pending) -> None:
+        """Says once per worker that it could not map a slot, and that its batch came anyway."""
+        warned = self._ledger.slot_map_warned
+        if message.worker_id in warned:
+            return
+        warned.add(message.worker_id)
+        where = (
+            f"for indices {summary(pending.indices)}"
+            if not self._iterable
+            else "for a batch of its copy of the IterableDataset"
+        )
+        warnings.warn(
+            f"stoker worker {message.worker_id} (pid {self._pool.pid(message.worker_id)}) could "
+            f"not map its shared-memory slot {where} ({message.slot_error}); that batch, and any "
+            "later one whose slot it cannot map, travels through the pipe instead, which is "
+            "slower. Nothing is lost. If the worker ran out of file descriptors, raise the "
+            "open-file limit (ulimit -n) or open fewer files in the dataset.",
             RuntimeWarning,
             stacklevel=4,
         )

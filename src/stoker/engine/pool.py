@@ -168,6 +168,7 @@ class Ledger:
     generation: int = 0  # which iterator owns the pool now (a newer one supersedes the older)
     shm_disabled: bool = False  # the slot pool could not be made: batches travel through pipes
     slot_warning_given: bool = False
+    slot_map_warned: set[int] = field(default_factory=set)  # workers that could not map a slot
 
 
 class WorkerPool:
@@ -382,7 +383,8 @@ class WorkerPool:
             f"{method} workers receive the dataset, collate_fn and worker_init_fn pickled, "
             f"and pickling failed with {type(exc).__name__}: {exc}. Python 3.14+ starts "
             "workers with 'forkserver' by default on Linux; multiprocessing_context='fork' "
-            "starts them by fork instead, which pickles nothing.",
+            "starts them by fork instead, and worker_mode='thread' runs the workers as threads: "
+            "neither pickles anything.",
             UserWarning,
             stacklevel=4,
         )
@@ -399,7 +401,7 @@ class WorkerPool:
         add_note(
             exc,
             f"stoker could not pickle {where} for its {method} workers; {fix}, "
-            "or use multiprocessing_context='fork'",
+            "use multiprocessing_context='fork', or worker_mode='thread'",
         )
 
     def processes(self) -> list[Any]:

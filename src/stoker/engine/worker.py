@@ -231,10 +231,15 @@ class _WorkerLoop:
 
     def run_task(self, task: Task) -> None:
         """Loads the task's batch (into its slot) and answers: Done, Exhausted or Failed."""
-        allocator = None
-        try:
-            if self.attach is not None and task.slot is not None:
+        allocator, slot_error = None, ""
+        if self.attach is not None and task.slot is not None:
+            try:
                 allocator = self.attach(task.slot)
+            except OSError as exc:
+                # Out of file descriptors or address space: the batch travels through the pipe
+                # instead (slower, nothing lost), and the trainer says why.
+                slot_error = f"{type(exc).__name__}: {exc}"
+        try:
             batch = self._fetch(task, allocator)
         except StopIteration:
             self.send(
@@ -249,7 +254,7 @@ class _WorkerLoop:
             self._fail(task, exc)
             return
         try:
-            self._answer(task, batch, allocator)
+            self._answer(task, batch, allocator, slot_error=slot_error)
         except (
             Exception
         ) as exc:  # the answer cannot be encoded: that batch's error, not the worker's end
@@ -292,6 +297,7 @@ class _WorkerLoop:
         *,
         skipped: tuple = (),
         empty: bool = False,
+        slot_error: str = "",
     ) -> None:
         fetcher = self.fetcher
         stages: dict[str, Any] = {}
@@ -317,6 +323,7 @@ class _WorkerLoop:
             skipped=skipped,
             empty=empty,
             idle_s=self.idle,
+            slot_error=slot_error,
             **stages,
         )
         self.idle = 0.0

@@ -39,6 +39,7 @@ from stoker.formats._packed_spec import (
 
 __all__ = [
     "CHECKSUM_KEY",
+    "MAX_MANIFEST_BYTES",
     "READABLE_VERSIONS",
     "manifest_checksum",
     "read_manifest",
@@ -55,6 +56,8 @@ _FIRST_CHECKSUMMED_VERSION = 2
 _KINDS = ("bytes", "str", "array", "int", "float")
 _LAYOUTS = ("single", "tuple", "dict")
 _MAX_NDIM = 64  # numpy's own limit
+# A manifest holds a few hundred bytes per shard: 64 MiB is some 100,000 shards.
+MAX_MANIFEST_BYTES = 64 * 2**20
 _SHARD_COUNTS = (
     "records",
     "data_bytes",
@@ -85,11 +88,14 @@ def read_manifest(path: str) -> tuple[dict[str, Any], Schema, int]:
     """The checked manifest of the dataset in directory ``path``, its schema, and the crc32
     of the file's bytes (which tells one writing of the dataset from another)."""
     manifest_path = _manifest_path(path)
+    raw = _read_manifest_bytes(manifest_path)
     try:
-        raw = read_regular_file(manifest_path, "the manifest")
         manifest = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        msg = f"{manifest_path} is not valid JSON ({exc}): the manifest is damaged; {_REWRITE}"
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers bad JSON, bad UTF-8 and over-long integers; deep nesting raises
+        # RecursionError. Whatever the parser raises, the file is what is at fault.
+        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        msg = f"{manifest_path} is not valid JSON ({detail}): the manifest is damaged; {_REWRITE}"
         raise PackedFormatError(msg) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         found = manifest.get("format") if isinstance(manifest, dict) else None
@@ -121,6 +127,24 @@ def read_manifest(path: str) -> tuple[dict[str, Any], Schema, int]:
         )
     schema = _check_structure(manifest, manifest_path)
     return manifest, schema, zlib.crc32(raw)
+
+
+def _read_manifest_bytes(manifest_path: str) -> bytes:
+    """The manifest's bytes, refused unread when it is not a regular file or is far larger than
+    any manifest (a damaged or hostile one must not make the reader read gigabytes)."""
+    size = regular_file_size(manifest_path, "the manifest")
+    if size <= MAX_MANIFEST_BYTES:
+        with open(manifest_path, "rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
+        size = len(raw)
+        if size <= MAX_MANIFEST_BYTES:
+            return raw
+    msg = (
+        f"the manifest {manifest_path!r} is {size} bytes, far above any manifest stoker writes "
+        f"(at most {MAX_MANIFEST_BYTES} bytes are read): it is damaged or not a manifest; "
+        f"{_REWRITE}"
+    )
+    raise PackedFormatError(msg)
 
 
 def read_regular_file(path: str, what: str, size: int | None = None) -> bytes:
@@ -197,7 +221,15 @@ def _check_checksum(manifest: dict[str, Any], manifest_path: str) -> None:
             f"{manifest['version']} manifest has: the manifest is damaged; {_REWRITE}"
         )
         raise PackedFormatError(msg)
-    computed = manifest_checksum(manifest)
+    try:
+        computed = manifest_checksum(manifest)
+    except RecursionError:
+        # JSON nested just short of the parser's limit parses, then is too deep to encode.
+        msg = (
+            f"{manifest_path} nests too deeply to be checked (RecursionError while computing its "
+            f"{CHECKSUM_KEY}): the manifest is damaged; {_REWRITE}"
+        )
+        raise PackedFormatError(msg) from None
     if computed != stored:
         msg = (
             f"{manifest_path} fails its checksum ({CHECKSUM_KEY} 0x{stored:08x}, computed "

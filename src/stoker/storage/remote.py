@@ -39,8 +39,11 @@ def is_remote(spec: Any) -> bool:
     return ("::" in spec or bool(_SCHEME.match(spec))) and not spec.startswith("file://")
 
 
-def _remove_tree(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _remove_tree(path: str, owner_pid: int) -> None:
+    """Removes ``path``, in the process that made it only: a process forked from it inherits
+    the finalizer, and its garbage or exit must not delete its parent's files."""
+    if os.getpid() == owner_pid:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class Storage:
@@ -127,7 +130,7 @@ class Storage:
             if cache is None:
                 folder = tempfile.mkdtemp(prefix="stoker-shards-")
                 cache = ShardCache(folder, max_bytes=0)
-                weakref.finalize(self, _remove_tree, folder)
+                weakref.finalize(self, _remove_tree, folder, os.getpid())
                 self._local[key] = cache
         return cache  # type: ignore[no-any-return]
 
