@@ -496,6 +496,8 @@ def _load(path: str, pid: int, storage: Storage | None = None) -> _Opened:
         raise PackedFormatError(str(exc).replace(mirror, path)) from None
     finally:
         shutil.rmtree(mirror, ignore_errors=True)
+    total = sum(int(entry["data_file_bytes"]) for entry in opened.manifest["shards"])
+    storage.keep_shards(total, f"PackedDataset({path!r})")
     return dataclasses.replace(opened, remote=remote)
 
 
