@@ -584,3 +584,10 @@ def test_undecodable_file_name_round_trips_through_json(tmp_path: Path) -> None:
     folder.save_index(tmp_path / "i.json")
     again = ImageFolder.from_index(tmp_path / "i.json")
     assert again.path(0) == folder.path(0) and again[0][0].shape == (4, 4, 3)
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/train", "gs://bucket/train/", "https://host/train"])
+def test_a_url_root_is_refused_with_what_to_do_instead(url: str) -> None:
+    with pytest.raises(ValueError, match="reads a local folder only") as caught:
+        ImageFolder(url)
+    assert repr(url) in str(caught.value) and "PackedDataset" in str(caught.value)
