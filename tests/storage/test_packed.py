@@ -10,6 +10,7 @@ import pytest
 
 from stoker import BlockShuffleSampler, DataLoader
 from stoker.formats.packed import PackedDataset, PackedWriter
+from stoker.samplers import ShardSampler
 from stoker.storage import ShardCache, Storage
 from stoker.storage.packed import RemoteShards
 
@@ -58,6 +59,26 @@ def test_a_block_shuffled_epoch_downloads_each_shard_once(s3, tmp_path) -> None:
     ds.close()
     assert sorted(labels) == list(range(60))
     assert _gets(s3, shards) == [1] * shards
+
+
+@pytest.mark.parametrize(("replicas", "num_workers"), [(2, 0), (3, 0), (2, 2)])
+def test_ranks_with_a_shard_sampler_download_disjoint_shards(
+    s3, tmp_path, replicas, num_workers
+) -> None:
+    url, shards, _ = _packed(s3, tmp_path)
+    seen = []
+    for rank in range(replicas):  # each rank opens the dataset itself, as on its own machine
+        ds = PackedDataset(url, storage_options=s3.options, prefetch=3)
+        sampler = ShardSampler(ds, num_replicas=replicas, rank=rank, seed=7)
+        batches = DataLoader(
+            ds, batch_size=4, sampler=sampler, num_workers=num_workers,
+            multiprocessing_context="fork" if num_workers else None,
+        )  # fmt: skip
+        seen.append(np.concatenate([b["label"] for b in batches]).tolist())
+        ds.close()
+    assert sorted(label for labels in seen for label in labels) == list(range(60))
+    assert _gets(s3, shards) == [1] * shards  # each shard downloaded by one rank only,
+    # prefetching included: it follows the rank's own shards, which the sampler hands over
 
 
 def test_a_cache_smaller_than_the_dataset_is_named_in_a_warning(s3, tmp_path) -> None:
@@ -125,3 +146,23 @@ def test_what_a_process_holds_and_prefetches_stays_bounded(s3, tmp_path) -> None
 def _write_abc(dest: str) -> None:
     with open(dest, "wb") as f:
         f.write(b"abc")
+
+
+def test_a_planned_order_is_prefetched_in_that_order(s3, tmp_path) -> None:
+    url, count, sizes = _packed(s3, tmp_path)
+    remote = _remote(s3, url, 2, ShardCache(tmp_path / "cache"))
+    remote.plan([7, 3, 9, 1, 4])
+    try:
+        remote.open(7, sizes[7])
+        remote.prefetch_after(7, sizes)
+        assert remote.prefetching == (3, 9)  # the plan's next two, not shards 8 and 9
+        remote.open(3, sizes[3])
+        remote.prefetch_after(3, sizes)
+        assert remote.prefetching == (1, 9)
+        remote.open(4, sizes[4])  # the plan's last: nothing after it
+        remote.prefetch_after(4, sizes)
+        assert remote.prefetching == ()
+    finally:
+        remote.close()
+    gets = _gets(s3, count)
+    assert [gets[s] for s in (0, 2, 5, 6, 8, 10, 11)] == [0] * 7

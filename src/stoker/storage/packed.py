@@ -9,12 +9,14 @@ the first time one of its records is read; its size is checked against the manif
 
 Without a cache folder the shards go to a private temporary one that keeps every shard
 read (up to a bound, see :meth:`Storage.keep_shards`), so an epoch in any sampler order
-downloads each shard once. Prefetching follows the order the shards are read in: when
-a process moves from shard ``s - 1`` to shard ``s`` (or starts at shard 0), the next
-``prefetch`` shards download in the background; when it jumps (a shuffled order), nothing
-is prefetched and the downloads still running for the shards it left are dropped. At
-most ``prefetch`` shards are being prefetched or waiting to be read, and at most
-``prefetch + 2`` are held mapped, whatever the order.
+downloads each shard once. Prefetching follows the order the shards are read in: a
+sampler that knows it (``ShardSampler``) hands it over (:meth:`RemoteShards.plan`), and
+the next ``prefetch`` shards of that order download in the background. Otherwise, when a
+process moves from shard ``s - 1`` to shard ``s`` (or starts at shard 0), the next
+``prefetch`` shards download; when it jumps (a shuffled order), nothing is prefetched and
+the downloads still running for the shards it left are dropped. At most ``prefetch``
+shards are being prefetched or waiting to be read, and at most ``prefetch + 2`` are held
+mapped, whatever the order.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from stoker.formats._packed_spec import MANIFEST_NAME, shard_file_names
@@ -58,12 +61,26 @@ class RemoteShards:
         self._ahead: dict[int, concurrent.futures.Future[CachedFile]] = {}
         self._last: int | None = None  # the shard opened last
         self._sequential = False  # whether it followed the one before it
+        self._plan: dict[int, list[int]] = {}  # shard -> the shards read after it, in order
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     def for_process(self) -> RemoteShards:
-        """A fresh copy for a forked process (no threads, nothing held)."""
-        return RemoteShards(self.url, self.storage, self.shard_count, self.max_held)
+        """A fresh copy for a forked process (no threads, nothing held, the same plan)."""
+        copy = RemoteShards(self.url, self.storage, self.shard_count, self.max_held)
+        copy._plan = self._plan
+        return copy
+
+    def plan(self, shards: list[int] | None) -> None:
+        """The order the shards will be read in (from a sampler that knows it), or None:
+        prefetching then takes the shards after the current one in that order."""
+        plan: dict[int, list[int]] = {}
+        if shards:
+            depth = self.storage.prefetch
+            for k, shard in enumerate(shards):
+                plan.setdefault(shard, list(shards[k + 1 : k + 1 + depth]))
+        with self._lock:
+            self._plan = plan
 
     def mirror(self) -> str:
         """A new local folder holding the manifest and every index and keys file."""
@@ -141,17 +158,19 @@ class RemoteShards:
         return held.path, released
 
     def prefetch_after(self, shard: int, sizes: list[int]) -> None:
-        """Starts downloading the ``prefetch`` shards after ``shard`` in the background when
-        the shards are being read in order; drops the prefetches that order no longer needs."""
+        """Starts downloading the ``prefetch`` shards read after ``shard`` in the background:
+        the next ones in the plan, else the next in shard order when the reads follow it,
+        else none; drops the prefetches the order no longer needs."""
         depth = self.storage.prefetch
         if depth <= 0:
             return
         with self._lock:
-            wanted = (
-                range(shard + 1, min(shard + 1 + depth, len(sizes)))
-                if self._sequential and shard == self._last
-                else range(0)
-            )
+            if shard in self._plan:
+                wanted: Sequence[int] = self._plan[shard]
+            elif self._sequential and shard == self._last:
+                wanted = range(shard + 1, min(shard + 1 + depth, len(sizes)))
+            else:
+                wanted = ()
             for old in [s for s in self._ahead if s not in wanted]:
                 _drop(self._ahead.pop(old))
             if not wanted:
