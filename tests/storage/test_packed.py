@@ -30,17 +30,16 @@ def _gets(s3, shards: int) -> list[int]:
     return [s3.proxy.count(f"shard-{s:05d}.npy") for s in range(shards)]
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(("num_workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
 def test_a_shuffled_epoch_without_a_cache_downloads_each_shard_once(
-    s3, tmp_path, num_workers
+    s3, tmp_path, num_workers, context
 ) -> None:
     url, shards, _ = _packed(s3, tmp_path)
     assert shards == 12
     ds = PackedDataset(url, storage_options=s3.options, prefetch=2)  # no cache folder
-    loader = DataLoader(
-        ds, batch_size=4, shuffle=True, generator=0, num_workers=num_workers,
-        multiprocessing_context="fork" if num_workers else None,
-    )  # fmt: skip
+    # the worker processes share the dataset's private folder
+    loader = DataLoader(ds, 4, shuffle=True, generator=0, num_workers=num_workers,
+                        multiprocessing_context=context)  # fmt: skip
     first = sorted(np.concatenate([b["label"] for b in loader]).tolist())
     assert first == list(range(60))
     assert _gets(s3, shards) == [1] * shards  # shards read again later are kept, not fetched
@@ -61,9 +60,12 @@ def test_a_block_shuffled_epoch_downloads_each_shard_once(s3, tmp_path) -> None:
     assert _gets(s3, shards) == [1] * shards
 
 
-@pytest.mark.parametrize(("replicas", "num_workers"), [(2, 0), (3, 0), (2, 2)])
+@pytest.mark.parametrize(
+    ("replicas", "num_workers", "context"),
+    [(2, 0, None), (3, 0, None), (2, 2, "fork"), (3, 2, "spawn")],
+)
 def test_ranks_with_a_shard_sampler_download_disjoint_shards(
-    s3, tmp_path, replicas, num_workers
+    s3, tmp_path, replicas, num_workers, context
 ) -> None:
     url, shards, _ = _packed(s3, tmp_path)
     seen = []
@@ -72,7 +74,7 @@ def test_ranks_with_a_shard_sampler_download_disjoint_shards(
         sampler = ShardSampler(ds, num_replicas=replicas, rank=rank, seed=7)
         batches = DataLoader(
             ds, batch_size=4, sampler=sampler, num_workers=num_workers,
-            multiprocessing_context="fork" if num_workers else None,
+            multiprocessing_context=context,
         )  # fmt: skip
         seen.append(np.concatenate([b["label"] for b in batches]).tolist())
         ds.close()
