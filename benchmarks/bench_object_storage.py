@@ -20,10 +20,11 @@ data shard (a consumed shard must not be fetched again).
 
 ``--ranged`` measures what random access to a few records costs both ways: ranged GETs
 of each record (``fs.cat_file(url, start, end)``) against downloading the shards that
-hold them. ``--litdata`` (in an environment that has litdata) adds LitData's
-``StreamingDataset`` over the same records and server. ``--clients`` measures the two candidate
-client libraries (fsspec + s3fs, and
-obstore where installed) on whole-object and ranged GETs against the same server.
+hold them; ``--ranged-only`` measures that alone (for shards too large for the epochs).
+``--litdata`` (in an environment that has litdata) adds LitData's ``StreamingDataset``
+over the same records and server. ``--clients`` measures the two candidate client
+libraries (fsspec + s3fs, and obstore where installed) on whole-object and ranged GETs
+against the same server.
 
 Run: ``PYTHONPATH=src:tests .venv/bin/python benchmarks/bench_object_storage.py``
 (about a minute; needs ``stoker[storage]`` and ``moto[server]``). It asserts nothing.
@@ -355,6 +356,11 @@ def main(argv: list[str] | None = None) -> None:
         "--records", type=int, default=32, help="records read at random with --ranged"
     )
     parser.add_argument("--ranged", action="store_true")
+    parser.add_argument(
+        "--ranged-only",
+        action="store_true",
+        help="only the --ranged figure (no epochs: for large shards)",
+    )
     parser.add_argument("--clients", action="store_true")
     parser.add_argument(
         "--litdata", action="store_true", help="also LitData (needs litdata installed)"
@@ -365,6 +371,16 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.clients:
             clients(server, args)
+            return
+        if args.ranged_only:
+            folder = os.path.join(work, "packed")
+            write_packed(folder, args.shards, args.shard_mib)
+            r = ranged(server, server.upload(folder, "packed"), folder, args)
+            print(
+                f"{args.shards} shards x {args.shard_mib} MiB, +{args.latency_ms:g} ms per request:"
+                f" {r['records']} random records over {r['shards_touched']} shards: ranged GETs "
+                f"{r['ranged_s']:.3f} s, whole shards {r['whole_s']:.3f} s"
+            )
             return
         result = streaming(server, args, work)
         m = result["medians_s"]

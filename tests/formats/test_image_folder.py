@@ -616,3 +616,10 @@ def test_property_a_truncated_image_raises_naming_the_file_never_gives_other_pix
         assert np.array_equal(np.asarray(image), expected), f"cut at {cut}: other pixels"
         decoded.append(len(whole) - cut)
     assert max(decoded, default=0) <= (20 if name.endswith(".png") else 0), decoded
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/train", "gs://bucket/train/", "https://host/train"])
+def test_a_url_root_is_refused_with_what_to_do_instead(url: str) -> None:
+    with pytest.raises(ValueError, match="reads a local folder only") as caught:
+        ImageFolder(url)
+    assert repr(url) in str(caught.value) and "PackedDataset" in str(caught.value)

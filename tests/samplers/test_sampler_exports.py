@@ -6,7 +6,16 @@ import subprocess
 import sys
 
 import stoker.samplers as samplers
-from stoker.samplers import _base, basic, batch, block_shuffle, bucketing, distributed, weighted
+from stoker.samplers import (
+    _base,
+    basic,
+    batch,
+    block_shuffle,
+    bucketing,
+    distributed,
+    shards,
+    weighted,
+)
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -19,6 +28,7 @@ def test_all_is_sorted_and_complete() -> None:
         "RandomSampler",
         "Sampler",
         "SequentialSampler",
+        "ShardSampler",
         "SubsetRandomSampler",
         "WeightedRandomSampler",
     }
@@ -27,7 +37,7 @@ def test_all_is_sorted_and_complete() -> None:
 
 
 def test_every_module_all_is_sorted_and_resolves() -> None:
-    for module in (_base, basic, batch, block_shuffle, bucketing, distributed, weighted):
+    for module in (_base, basic, batch, block_shuffle, bucketing, distributed, shards, weighted):
         assert module.__all__ == sorted(module.__all__), module.__name__
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)
@@ -44,6 +54,7 @@ def test_importing_and_using_samplers_does_not_import_torch() -> None:
         "list(s.WeightedRandomSampler([1.0, 2.0], 4, generator=0))\n"
         "list(s.BucketBatchSampler([3, 1, 2], 2, generator=0))\n"
         "list(s.BlockShuffleSampler(range(9), 2, generator=0))\n"
+        "list(s.ShardSampler(range(9), shard_sizes=[3] * 3, num_replicas=2, rank=0))\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run(

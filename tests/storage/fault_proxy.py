@@ -2,8 +2,10 @@
 
 Every request is forwarded to the upstream server after ``delay_s``; :meth:`FaultProxy.fail`
 queues failures for requests whose path contains a given text (an HTTP 503 ``ServiceUnavailable``
-answer, or a connection reset with no answer), a number of times or for ever. Requests
-are counted by method and path, so a test can tell what was fetched.
+answer, a connection reset with no answer, or ``truncate``: the real answer's headers and
+the first half of its body, then the connection closed), a number of times or for ever.
+Requests are counted by method and path, and their arrival times kept, so a test can tell
+what was fetched and when.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class FaultProxy:
         self.upstream_port = upstream_port
         self.delay_s = delay_s
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.arrivals: list[tuple[float, str, str]] = []  # (time.monotonic(), method, path)
         self._faults: list[list[Any]] = []  # [path text, action, remaining (None: for ever)]
         self._lock = threading.Lock()
         proxy = self
@@ -65,7 +68,7 @@ class FaultProxy:
 
     def fail(self, path_text: str, action: str = "503", times: int | None = 1) -> None:
         """The next ``times`` requests whose path holds ``path_text`` fail by ``action``
-        (``"503"`` or ``"reset"``); ``times=None``: every one of them."""
+        (``"503"``, ``"reset"`` or ``"truncate"``); ``times=None``: every one of them."""
         with self._lock:
             self._faults.append([path_text, action, times])
 
@@ -73,11 +76,17 @@ class FaultProxy:
         with self._lock:
             self._faults.clear()
             self.requests.clear()
+            self.arrivals.clear()
         self.delay_s = 0.0
 
     def count(self, path_text: str, method: str = "GET") -> int:
         with self._lock:
             return sum(n for (m, p), n in self.requests.items() if m == method and path_text in p)
+
+    def times(self, path_text: str, method: str = "GET") -> list[float]:
+        """When the requests whose path holds ``path_text`` arrived (``time.monotonic()``)."""
+        with self._lock:
+            return [t for t, m, p in self.arrivals if m == method and path_text in p]
 
     def close(self) -> None:
         self._server.shutdown()
@@ -99,6 +108,7 @@ class FaultProxy:
         body = handler.rfile.read(length) if length else None
         with self._lock:
             self.requests[(method, path.split("?")[0])] += 1
+            self.arrivals.append((time.monotonic(), method, path.split("?")[0]))
         if self.delay_s:
             time.sleep(self.delay_s)
         action = self._fault_for(path)
@@ -131,6 +141,12 @@ class FaultProxy:
             handler.send_header("Content-Length", length or str(len(data)))
             handler.end_headers()
             if method != "HEAD":
+                if action == "truncate":  # the length announced, half the body sent
+                    handler.wfile.write(data[: len(data) // 2])
+                    handler.wfile.flush()
+                    handler.close_connection = True
+                    handler.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 handler.wfile.write(data)
         finally:
             upstream.close()

@@ -40,6 +40,7 @@ from stoker._thread_safety import is_thread_safe
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
 from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
+from stoker.storage.remote import is_remote
 from stoker.vision.decode import PILLOW_LIMIT, MaxPixels
 from stoker.vision.records import check_decode_options, decode_and_transform
 
@@ -57,7 +58,9 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
     """Images in ``root/<class>/...``, as ``(image, label)`` pairs (torchvision's ImageFolder).
 
     Args:
-        root: the folder holding one subfolder per class.
+        root: the local folder holding one subfolder per class (a URL such as ``s3://...``
+            raises ``ValueError``: pack the images into a ``PackedDataset`` to read them
+            from object storage).
         classes: the class mapping. ``None``: the sorted subfolder names of ``root``. A list
             of names (label = position), a ``{name: label}`` dict, another ImageFolder, or
             the path of a saved index JSON: use the same mapping as another split
@@ -130,6 +133,13 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
             msg = f"target_transform must be a callable or None, got {target_transform!r}"
             raise TypeError(msg)
         self.root = os.fspath(root)
+        if is_remote(self.root):
+            msg = (
+                f"ImageFolder reads a local folder only, and root {self.root!r} is a URL: copy "
+                "the images to a local disk, or pack them (stoker pack) into a PackedDataset "
+                "and read that from the URL (see docs/object-storage.md)"
+            )
+            raise ValueError(msg)
         self.extensions = _normalise_extensions(extensions)
         self.transform = transform
         self.target_transform = target_transform

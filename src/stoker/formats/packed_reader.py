@@ -144,6 +144,7 @@ class PackedDataset(Dataset[Any]):
         self.transform = transform
         self.copy = bool(copy)
         self._opened: _Opened | None = None
+        self._shard_order: list[int] | None = None
         self._verified = False
         self._fingerprint: int | None = None
         self._open()
@@ -162,6 +163,8 @@ class PackedDataset(Dataset[Any]):
             )
         else:
             opened = _load(self.path, pid, self.storage)
+            if opened.remote is not None:
+                opened.remote.plan(self._shard_order)
             fingerprint = opened.manifest[_FINGERPRINT]
             if self._fingerprint is not None and fingerprint != self._fingerprint:
                 msg = (
@@ -187,6 +190,7 @@ class PackedDataset(Dataset[Any]):
             "storage": self.storage,
             "verified": self._verified,
             "fingerprint": self._fingerprint,
+            "shard_order": self._shard_order,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -197,6 +201,7 @@ class PackedDataset(Dataset[Any]):
         self.storage = state.get("storage")
         self._verified = state["verified"]
         self._fingerprint = state["fingerprint"]
+        self._shard_order = state.get("shard_order")
         self._opened = None
 
     # -- metadata ----------------------------------------------------------------------
@@ -298,6 +303,18 @@ class PackedDataset(Dataset[Any]):
         if opened is not None and opened.remote is not None and opened.pid == os.getpid():
             opened.remote.close()
             opened.maps[:] = [None] * len(opened.maps)
+
+    def set_shard_order(self, shards: Sequence[int] | None) -> None:
+        """The order this epoch's reads will visit the shards in, for a dataset at a URL: it
+        then prefetches the shards in that order. A sampler that knows it calls this each
+        epoch (``ShardSampler``); ``None``: prefetch follows the reads (the next shards
+        while they are read in shard order, none while they jump). Worker processes started
+        later (each epoch's, unless ``persistent_workers``) take the order with them.
+        Nothing to do for a local dataset."""
+        self._shard_order = None if shards is None else [int(s) for s in shards]
+        opened = self._opened
+        if opened is not None and opened.remote is not None:
+            opened.remote.plan(self._shard_order)
 
     def verify_all(self) -> None:
         """Checks every record's crc32; raises PackedFormatError naming the first bad one."""
@@ -496,6 +513,8 @@ def _load(path: str, pid: int, storage: Storage | None = None) -> _Opened:
         raise PackedFormatError(str(exc).replace(mirror, path)) from None
     finally:
         shutil.rmtree(mirror, ignore_errors=True)
+    total = sum(int(entry["data_file_bytes"]) for entry in opened.manifest["shards"])
+    storage.keep_shards(total, f"PackedDataset({path!r})")
     return dataclasses.replace(opened, remote=remote)
 
 

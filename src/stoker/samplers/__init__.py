@@ -3,8 +3,9 @@
 The torch ones (:class:`SequentialSampler`, :class:`RandomSampler`,
 :class:`SubsetRandomSampler`, :class:`WeightedRandomSampler`, :class:`BatchSampler`,
 :class:`DistributedSampler`) keep torch's arguments and semantics; stoker adds
-:class:`BucketBatchSampler` (batches of similar length) and
-:class:`BlockShuffleSampler` (a shuffle that keeps reads local).
+:class:`BucketBatchSampler` (batches of similar length), :class:`BlockShuffleSampler` (a
+shuffle that keeps reads local) and :class:`ShardSampler` (ranks reading whole shards of
+their own, block-shuffled).
 
 Every stoker sampler counts epochs (``iter()`` advances the count, ``set_epoch(e)``
 picks the next one), makes epoch ``e``'s order a pure function of its seed and ``e``
@@ -20,6 +21,7 @@ from stoker.samplers.batch import BatchSampler
 from stoker.samplers.block_shuffle import BlockShuffleSampler
 from stoker.samplers.bucketing import BucketBatchSampler
 from stoker.samplers.distributed import DistributedSampler
+from stoker.samplers.shards import ShardSampler
 from stoker.samplers.weighted import WeightedRandomSampler
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "RandomSampler",
     "Sampler",
     "SequentialSampler",
+    "ShardSampler",
     "SubsetRandomSampler",
     "WeightedRandomSampler",
 ]

@@ -5,8 +5,18 @@ dozen bytes a record) into a temporary folder, where the usual checks run on the
 manifest's checksum, each file's size and crc32 from the manifest); they are loaded into
 memory and the folder is removed. A data shard is downloaded whole, through the cache,
 the first time one of its records is read; its size is checked against the manifest
-(and, with ``verify``, its records' crc32), then it is memory-mapped as a local one. The
-next ``prefetch`` shards (in shard order) download in the background meanwhile.
+(and, with ``verify``, its records' crc32), then it is memory-mapped as a local one.
+
+Without a cache folder the shards go to a private temporary one that keeps every shard
+read (up to a bound, see :meth:`Storage.keep_shards`), so an epoch in any sampler order
+downloads each shard once. Prefetching follows the order the shards are read in: a
+sampler that knows it (``ShardSampler``) hands it over (:meth:`RemoteShards.plan`), and
+the next ``prefetch`` shards of that order download in the background. Otherwise, when a
+process moves from shard ``s - 1`` to shard ``s`` (or starts at shard 0), the next
+``prefetch`` shards download; when it jumps (a shuffled order), nothing is prefetched and
+the downloads still running for the shards it left are dropped. At most ``prefetch``
+shards are being prefetched or waiting to be read, and at most ``prefetch + 2`` are held
+mapped, whatever the order.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from stoker.formats._packed_spec import MANIFEST_NAME, shard_file_names
@@ -48,12 +59,28 @@ class RemoteShards:
         self.max_held = held if held is not None else max(2, storage.prefetch + 2)
         self._held: OrderedDict[int, CachedFile] = OrderedDict()
         self._ahead: dict[int, concurrent.futures.Future[CachedFile]] = {}
+        self._last: int | None = None  # the shard opened last
+        self._sequential = False  # whether it followed the one before it
+        self._plan: dict[int, list[int]] = {}  # shard -> the shards read after it, in order
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     def for_process(self) -> RemoteShards:
-        """A fresh copy for a forked process (no threads, nothing held)."""
-        return RemoteShards(self.url, self.storage, self.shard_count, self.max_held)
+        """A fresh copy for a forked process (no threads, nothing held, the same plan)."""
+        copy = RemoteShards(self.url, self.storage, self.shard_count, self.max_held)
+        copy._plan = self._plan
+        return copy
+
+    def plan(self, shards: list[int] | None) -> None:
+        """The order the shards will be read in (from a sampler that knows it), or None:
+        prefetching then takes the shards after the current one in that order."""
+        plan: dict[int, list[int]] = {}
+        if shards:
+            depth = self.storage.prefetch
+            for k, shard in enumerate(shards):
+                plan.setdefault(shard, list(shards[k + 1 : k + 1 + depth]))
+        with self._lock:
+            self._plan = plan
 
     def mirror(self) -> str:
         """A new local folder holding the manifest and every index and keys file."""
@@ -89,6 +116,18 @@ class RemoteShards:
             policy=self.storage.retry,
         )
 
+    @property
+    def held(self) -> tuple[int, ...]:
+        """The shards this process holds (mapped), least recently used first."""
+        with self._lock:
+            return tuple(self._held)
+
+    @property
+    def prefetching(self) -> tuple[int, ...]:
+        """The shards being prefetched, or prefetched and not read yet."""
+        with self._lock:
+            return tuple(sorted(self._ahead))
+
     def shard_url(self, shard: int) -> str:
         return join_url(self.url, shard_file_names(shard)[0])
 
@@ -96,6 +135,9 @@ class RemoteShards:
         """The local path of data shard ``shard`` (``size`` bytes), held until released, and
         the shards released to make room (their mappings must be dropped)."""
         with self._lock:
+            if shard != self._last:
+                self._sequential = shard == (0 if self._last is None else self._last + 1)
+                self._last = shard
             held = self._held.get(shard)
             if held is not None:
                 self._held.move_to_end(shard)
@@ -116,14 +158,26 @@ class RemoteShards:
         return held.path, released
 
     def prefetch_after(self, shard: int, sizes: list[int]) -> None:
-        """Starts downloading the ``prefetch`` shards after ``shard``, in the background."""
+        """Starts downloading the ``prefetch`` shards read after ``shard`` in the background:
+        the next ones in the plan, else the next in shard order when the reads follow it,
+        else none; drops the prefetches the order no longer needs."""
         depth = self.storage.prefetch
         if depth <= 0:
             return
         with self._lock:
+            if shard in self._plan:
+                wanted: Sequence[int] = self._plan[shard]
+            elif self._sequential and shard == self._last:
+                wanted = range(shard + 1, min(shard + 1 + depth, len(sizes)))
+            else:
+                wanted = ()
+            for old in [s for s in self._ahead if s not in wanted]:
+                _drop(self._ahead.pop(old))
+            if not wanted:
+                return
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(depth, "stoker-prefetch")
-            for nxt in range(shard + 1, min(shard + 1 + depth, len(sizes))):
+            for nxt in wanted:
                 if nxt not in self._held and nxt not in self._ahead:
                     url = self.shard_url(nxt)
                     self._ahead[nxt] = self._pool.submit(self.storage.fetch, url, sizes[nxt])
@@ -154,6 +208,17 @@ class RemoteShards:
         pool = self._pool
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _drop(future: concurrent.futures.Future[CachedFile]) -> None:
+    """A prefetch nobody will read: cancelled, or its file released once it has arrived."""
+    if not future.cancel():
+        future.add_done_callback(_release_result)
+
+
+def _release_result(future: concurrent.futures.Future[CachedFile]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
 
 
 def _int(value: Any) -> int | None:

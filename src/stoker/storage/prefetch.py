@@ -2,7 +2,8 @@
 
 A reader iterating its shard list gets each shard's local copy in order while the next
 ``depth`` shards download, so the network works while the model computes. At most
-``depth`` fetches run or wait at any time, so memory and disk stay bounded. A fetch that
+``depth`` fetches run at once and at most ``depth + 1`` fetched values wait for the
+consumer (the next one included), so memory and disk stay bounded. A fetch that
 fails hands its exception to the consumer when it reaches that item, in order.
 """
 

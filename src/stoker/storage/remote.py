@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -46,6 +47,13 @@ def _remove_tree(path: str, owner_pid: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _free_bytes(folder: str) -> int:
+    try:
+        return int(shutil.disk_usage(folder).free)
+    except OSError:
+        return 0
+
+
 class Storage:
     """How a reader reaches its remote files.
 
@@ -54,8 +62,9 @@ class Storage:
             credentials, ``anon``, ...); for S3 ``{"endpoint_url": ...}`` is passed as
             ``client_kwargs`` when given at the top level.
         cache: a folder (str or path: no size limit), a :class:`ShardCache` (a size
-            limit), or ``None``: a private temporary folder keeping only the files in use
-            and those prefetched, removed when the reader goes away.
+            limit), or ``None``: a private temporary folder, removed when the reader goes
+            away, keeping only the files in use and those prefetched (or, for a packed
+            dataset, see :meth:`keep_shards`, every shard read, up to a bound).
         prefetch: how many files to download ahead of the one being read.
         retries: attempts per download (an int) or a :class:`RetryPolicy`.
     """
@@ -83,6 +92,8 @@ class Storage:
         self.prefetch = prefetch
         self.retry = RetryPolicy.of(retries)
         self.sizes: dict[str, int] = {}  # listed sizes, checked after each download
+        self.private: ShardCache | None = None  # see keep_shards: shared by the workers
+        self._kept = False
         self._local: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -124,6 +135,8 @@ class Storage:
         """The cache downloads go to (a private temporary one without ``cache``)."""
         if self.cache is not None:
             return self.cache
+        if self.private is not None:
+            return self.private
         with self._lock:
             key = f"temp-{os.getpid()}"
             cache = self._local.get(key)
@@ -133,6 +146,35 @@ class Storage:
                 weakref.finalize(self, _remove_tree, folder, os.getpid())
                 self._local[key] = cache
         return cache  # type: ignore[no-any-return]
+
+    def keep_shards(self, total_bytes: int, owner: str) -> ShardCache:
+        """The cache of a reader that reads its shards in any order (a packed dataset).
+
+        Without ``cache``: a private temporary folder, made now (in the process that opens
+        the reader) and shared by its worker processes, keeping every shard downloaded,
+        up to ``total_bytes`` (the reader's shards) or half the free space of the
+        temporary folder's disk, whichever is smaller; so an epoch in any order downloads
+        each shard once, and later epochs reuse them. It is removed when the reader goes
+        away. When the bound, or a given cache's ``max_bytes``, is smaller than
+        ``total_bytes``, a warning names the sizes: shards evicted before the epoch is
+        over are downloaded again when they are read again.
+        """
+        if self.cache is not None:
+            limit = self.cache.max_bytes
+            if limit is not None and limit < total_bytes and not self._kept:
+                _warn_small(owner, total_bytes, limit, f"the cache's max_bytes ({_gib(limit)})")
+            self._kept = True  # told once, not again by each worker that reopens the reader
+            return self.cache
+        if self.private is None:
+            folder = tempfile.mkdtemp(prefix="stoker-shards-")
+            free = _free_bytes(folder)
+            bound = min(total_bytes, free // 2)
+            if bound < total_bytes:
+                why = f"half the free space of {os.path.dirname(folder)} ({_gib(bound)})"
+                _warn_small(owner, total_bytes, bound, why)
+            self.private = ShardCache(folder, max_bytes=bound)
+            weakref.finalize(self, _remove_tree, folder, os.getpid())
+        return self.private
 
     # -- listing -----------------------------------------------------------------------
     def list_urls(self, spec: str, *, owner: str, suffixes: Sequence[str] | None) -> list[str]:
@@ -193,6 +235,20 @@ class Storage:
 
     def prefetcher(self, urls: Sequence[str]) -> Prefetcher[str, CachedFile]:
         return Prefetcher(urls, self.fetch, depth=self.prefetch, release=CachedFile.close)
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
+def _warn_small(owner: str, total: int, limit: int, what: str) -> None:
+    msg = (
+        f"{owner}: its shards take {_gib(total)}, more than {what} can keep: in a shuffled "
+        "epoch, shards evicted before the epoch is over are downloaded again. Pass "
+        "cache=ShardCache(folder, max_bytes=...) on a disk that holds the dataset to "
+        "download each shard once."
+    )
+    warnings.warn(msg, UserWarning, stacklevel=4)
 
 
 def _never(dest: str) -> None:
