@@ -284,6 +284,11 @@ def test_seeds_index_format_loads(tmp_path: Path) -> None:
             r"with a label of one of its 1 classes",
         ),
         ({"classes": ["a"], "items": [{"path": 5, "label": 0}]}, r"item 0 must be"),
+        (
+            {"classes": ["a"], "items": [{"path": "a/1.png", "label": False}]},
+            r"item 0 must be \{\"path\": str, \"label\": int\} .*got \{'path': 'a/1.png', "
+            r"'label': False\}",
+        ),
         ({"classes": ["a", "a"], "items": []}, r"malformed class list: classes lists 'a' twice"),
     ],
 )
@@ -341,6 +346,11 @@ def test_custom_label_numbers_are_kept_through_the_index(tmp_path: Path) -> None
         match=r"classes must map class names \(str\) to labels \(int >= 0\); got 'cat': -1",
     ):
         ImageFolder(root, classes={"cat": -1, "dog": 0})
+    with pytest.raises(TypeError, match=r"to labels \(int >= 0\); got 'dog': (np\.True_|True)$"):
+        ImageFolder(root, classes={"cat": 0, "dog": np.True_})
+    numpy_labels = ImageFolder(root, classes={"dog": np.int64(7), "cat": np.uint8(3)})
+    assert numpy_labels.class_to_idx == {"cat": 3, "dog": 7}
+    assert all(type(label) is int for label in numpy_labels.class_to_idx.values())
 
 
 # -- decoding --------------------------------------------------------------------------------
