@@ -50,7 +50,7 @@ from stoker.engine.messages import (
 )
 from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.plan import EpochHooks, EpochPlan
-from stoker.engine.pool import Death, Pending, PoolState, WorkerPool
+from stoker.engine.pool import Pending, Pool, PoolState, WorkerDeath
 from stoker.profiling.stats import StatsRecorder
 
 __all__ = ["MultiWorkerIterator"]
@@ -76,7 +76,7 @@ class _Accounted:
 
 
 class MultiWorkerIterator:
-    """Iterates one epoch of batches produced by a :class:`WorkerPool`.
+    """Iterates one epoch of batches produced by a :class:`~stoker.engine.pool.Pool`.
 
     Args:
         plan: how to run the epoch.
@@ -94,7 +94,7 @@ class MultiWorkerIterator:
         self,
         plan: EpochPlan,
         hooks: EpochHooks,
-        pool: WorkerPool,
+        pool: Pool,
         *,
         owns_pool: bool,
         progress: Progress,
@@ -140,7 +140,7 @@ class MultiWorkerIterator:
             self._trial.restart_window()
         self._use_pool(pool)
 
-    def _use_pool(self, pool: WorkerPool) -> None:
+    def _use_pool(self, pool: Pool) -> None:
         """Takes ``pool`` as this epoch's workers: tells them the epoch, gives them work."""
         self._pool = pool
         ledger = pool.ledger
@@ -261,8 +261,9 @@ class MultiWorkerIterator:
             raise item.error
         waited = time.perf_counter() - entered
         self._recorder.delivered(waited)
-        if self._pool.mode == "process":
-            self._pool.memory_watch.check(self._pool.pids, self._recorder.stats.batches)
+        watch = self._pool.memory_watch
+        if watch is not None and self._pool.mode == "process":
+            watch.check(self._pool.pids, self._recorder.stats.batches)
         if self._autotune is not None:
             self._autotune.batch_delivered(waited, self)
         if self._trial is not None and self._switch_to is None and not self._iterable:
@@ -603,7 +604,7 @@ class MultiWorkerIterator:
             )
 
     # -- faults ------------------------------------------------------------------
-    def _handle_death(self, death: Death) -> None:
+    def _handle_death(self, death: WorkerDeath) -> None:
         if self._pool.state is not PoolState.RUNNING:
             return
         ledger = self._ledger
