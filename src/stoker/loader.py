@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from stoker._bad_sample_budget import BadSampleBudget
 from stoker._loader_arguments import check_arguments, warn_excessive_workers
+from stoker._proc import usable_cpus
 from stoker._resume import (
     STATE_VERSION,
     Progress,
@@ -31,7 +32,7 @@ from stoker._thread_safety import is_thread_safe, warn_shared_handles
 from stoker._validate import check_int
 from stoker.bad_samples import ErrorReport
 from stoker.collate import default_collate, default_convert
-from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
+from stoker.engine.autotune import AutoTuner, available_memory
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.multi_worker import MultiWorkerIterator
@@ -715,7 +716,7 @@ class DataLoader(Generic[T]):
         """How far ``num_workers="auto"`` may grow: this machine's cores, or the Ray cluster's."""
         if self.ray_workers is not None:
             return self.ray_workers.max_actors()
-        return cpu_budget()
+        return usable_cpus()
 
     def _deliver(self, batch: Any) -> Any:
         """The last step before a batch reaches the user (stoker.torch converts to tensors)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stoker import DataLoader, DatasetError, DatasetIndexError
+from stoker import DataLoader, DatasetError, DatasetIndexError, _proc
 from stoker.formats.image_folder import IMG_EXTENSIONS, ImageFolder
 from stoker.vision import (
     CenterCrop,
@@ -510,18 +510,14 @@ def test_pil_images_for_pil_transforms(tmp_path: Path) -> None:
 
 
 def test_no_file_is_open_after_construction_and_reads(tmp_path: Path) -> None:
-    if not os.path.isdir("/proc/self/fd"):
+    before = _proc.open_fds()
+    if not before:
         pytest.skip("counts open files through /proc/self/fd (Linux)")
     root = make_tree(tmp_path, [f"a/{i}.jpg" for i in range(6)])
-    before = set(os.listdir("/proc/self/fd"))
     folder = ImageFolder(root)
     for i in range(len(folder)):
         folder[i]
-    opened = {
-        os.readlink(f"/proc/self/fd/{fd}")
-        for fd in set(os.listdir("/proc/self/fd")) - before
-        if os.path.exists(f"/proc/self/fd/{fd}")
-    }
+    opened = {target for fd, target in _proc.open_fds().items() if fd not in before}
     assert not any(str(root) in target for target in opened)
 
 
