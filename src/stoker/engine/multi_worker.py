@@ -31,6 +31,7 @@ import numpy as np
 
 from stoker._errors import ShmError, WorkerError
 from stoker._resume import Progress
+from stoker._skipped import SKIPPED
 from stoker._tree import map_leaves
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner
@@ -57,7 +58,6 @@ __all__ = ["MultiWorkerIterator"]
 
 _POLL_S = 1.0  # a dead thread worker is noticed within this; process deaths wake us at once
 _MAX_RESTARTS_PER_TASK = 3
-_SKIP = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +211,10 @@ class MultiWorkerIterator:
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         self._dispatch()  # the consumer may have dropped batches since the last call
         while True:
-            task_id, item = self._take_ready()
-            if item is not _SKIP:
-                batch = self._hand_out(task_id, item, entered)
-                if batch is not _SKIP:
+            ready = self._take_ready()
+            if ready is not None:
+                batch = self._hand_out(*ready, entered)
+                if batch is not SKIPPED:
                     return batch
                 continue
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
@@ -245,7 +245,7 @@ class MultiWorkerIterator:
             self._dispatch()  # results lowered the load; dropped batches freed slots
 
     def _hand_out(self, task_id: int, item: Any, entered: float) -> Any:
-        """The user's batch for a ready entry (raising a worker's error); ``_SKIP`` if empty."""
+        """The user's batch for a ready entry (raising a worker's error); ``SKIPPED`` if empty."""
         self._dispatch()
         self._progress.deliver(self._places.pop(task_id))
         if self._stream_states:
@@ -255,7 +255,7 @@ class MultiWorkerIterator:
         if type(item) is _Accounted:  # on_error="skip": count in delivery order
             self._record_bad_samples(item.attempted, item.skipped)  # type: ignore[misc]
             if item.empty:
-                return _SKIP
+                return SKIPPED
             item = item.batch
         if isinstance(item, _Raise):
             raise item.error
@@ -270,25 +270,25 @@ class MultiWorkerIterator:
             self._switch_to = self._trial.batch_delivered(time.perf_counter())
         return self._deliver(item)
 
-    def _take_ready(self) -> tuple[int, Any]:
-        """The next batch to hand out and its task id; ``(-1, _SKIP)`` when none is ready."""
+    def _take_ready(self) -> tuple[int, Any] | None:
+        """The next batch to hand out and its task id; None when none is ready."""
         ready = self._ready
         if self._in_order:
             while self._next_yield in ready:
                 task_id = self._next_yield
                 item = ready.pop(task_id)
                 self._next_yield += 1
-                if item is not _SKIP:
+                if item is not SKIPPED:
                     return task_id, item
                 self._places.pop(task_id, None)
-            return -1, _SKIP
+            return None
         while ready:
             task_id = min(ready)
             item = ready.pop(task_id)
-            if item is not _SKIP:
+            if item is not SKIPPED:
                 return task_id, item
             self._places.pop(task_id, None)
-        return -1, _SKIP
+        return None
 
     def _mine_pending(self) -> bool:
         return self._in_flight > 0
@@ -438,7 +438,7 @@ class MultiWorkerIterator:
             if message.stream_state is not None:
                 self._stream_states[message.task_id] = (worker_id, message.stream_state)
         elif isinstance(message, Exhausted):
-            self._ready[message.task_id] = _SKIP
+            self._ready[message.task_id] = SKIPPED
         elif isinstance(message, Failed):
             where = (
                 f"while loading indices {summary(pending.indices)}"
