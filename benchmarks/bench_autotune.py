@@ -19,7 +19,7 @@ import time
 from bench_workloads import CpuTransformDataset, LargeArrayDataset, TinyDataset
 
 import stoker
-from stoker.engine.autotune import cpu_budget
+from stoker._proc import usable_cpus
 
 WORKLOADS = {
     "tiny": (lambda: TinyDataset(256 * 600), 256),
@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workloads", default="tiny,large,cpu")
     args = parser.parse_args()
-    settings: list[int | str] = [*range(1, cpu_budget() + 1), "auto"]
-    print(f"cores: {cpu_budget()}; settings: {settings}\n")
+    settings: list[int | str] = [*range(1, usable_cpus() + 1), "auto"]
+    print(f"cores: {usable_cpus()}; settings: {settings}\n")
     print(
         "| workload | "
         + " | ".join(f"workers={s}" for s in settings)

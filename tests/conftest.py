@@ -14,12 +14,18 @@ import pytest
 from harness import leaks
 
 
+@pytest.fixture
+def leak_settle_s() -> float:
+    """How long a test's leftovers may take to go away; a folder's conftest may allow longer."""
+    return leaks.SETTLE_S
+
+
 @pytest.fixture(autouse=True)
-def nothing_left_behind() -> Iterator[None]:
+def nothing_left_behind(leak_settle_s: float) -> Iterator[None]:
     """Fails the test if it leaves a worker process or thread, a pipe, a segment or a stack file."""
     before = leaks.baseline()
     yield
     gc.collect()  # an iterator the test dropped is shut down by its finalizer
-    problems = leaks.leftovers(before)
+    problems = leaks.leftovers(before, settle_s=leak_settle_s)
     if problems:
         pytest.fail("the test left things behind:\n  " + "\n  ".join(problems), pytrace=False)

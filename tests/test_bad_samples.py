@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 
 import numpy as np
 import pytest
@@ -158,3 +159,12 @@ def test_resume_counts_batches_that_lost_every_sample() -> None:
         )
 
     run_test_save_load_state(make, stop_at=3)
+
+
+def test_every_skipped_record_and_batch_is_marked_with_one_value() -> None:
+    from stoker._skipped import SKIPPED
+    from stoker.formats.tar import TarShards
+    from stoker.formats.text import JsonLines, TextLines
+
+    assert TextLines._skip_marker is JsonLines._skip_marker is TarShards._skip_marker is SKIPPED
+    assert pickle.loads(pickle.dumps(SKIPPED)) is SKIPPED  # stays itself wherever it travels

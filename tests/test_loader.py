@@ -324,16 +324,16 @@ def test_numpy_integers_are_accepted_wherever_ints_are() -> None:
 
 
 def test_more_workers_than_cpus_get_torchs_warning() -> None:
-    from stoker.engine.autotune import cpu_budget
+    from stoker._proc import usable_cpus
 
     with pytest.warns(UserWarning) as caught:
-        DataLoader(Squares(4), num_workers=cpu_budget() + 1)
+        DataLoader(Squares(4), num_workers=usable_cpus() + 1)
     (warning,) = caught
     assert str(warning.message) == (
-        f"This DataLoader will create {cpu_budget() + 1} worker processes in total, more than "
-        f"the {cpu_budget()} CPUs this process may use. Please be aware that excessive worker "
+        f"This DataLoader will create {usable_cpus() + 1} worker processes in total, more than "
+        f"the {usable_cpus()} CPUs this process may use. Please be aware that excessive worker "
         "creation might get DataLoader running slow or even freeze: lower num_workers to "
-        f"{cpu_budget()} or fewer, or pass num_workers='auto' to let stoker find the best count."
+        f"{usable_cpus()} or fewer, or pass num_workers='auto' to let stoker find the best count."
     )
     assert warning.filename == __file__  # it points at the caller's line
 

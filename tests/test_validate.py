@@ -9,9 +9,11 @@ from stoker._validate import (
     check_bool,
     check_choice,
     check_int,
+    check_number,
     check_optional_int,
     check_seconds,
     is_int,
+    is_number,
 )
 
 
@@ -72,3 +74,28 @@ def test_choices_and_seconds() -> None:
         ValueError, match="timeout must be a non-negative number of seconds, got nan"
     ):
         check_seconds("timeout", float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [(2, 2), (np.int64(2), 2), (0.5, 0.5), (np.float32(0.5), 0.5), (float("inf"), float("inf"))],
+)
+def test_numbers_of_every_kind_pass_in_their_plain_python_type(value, plain) -> None:
+    assert is_number(value)
+    out = check_number("num_cpus", value)
+    assert out == plain and type(out) is type(plain)
+
+
+@pytest.mark.parametrize("value", [True, np.False_, float("nan"), np.float64("nan"), "1", None])
+def test_bools_nan_and_strings_are_not_numbers(value) -> None:
+    assert not is_number(value)
+    with pytest.raises(ValueError, match=r"^num_cpus must be a number >= 0, got "):
+        check_number("num_cpus", value)
+
+
+def test_a_number_check_words_its_bound_and_hint() -> None:
+    with pytest.raises(ValueError, match=r"^amount must be a number >= 0\.5, got 0\.25$"):
+        check_number("amount", 0.25, minimum=0.5)
+    with pytest.raises(ValueError, match=r"^amount must be a number > 0, got 0 \(per actor\)$"):
+        check_number("amount", 0, above=True, hint="per actor")
+    assert check_number("amount", np.float64(1e-9), above=True) == 1e-9

@@ -18,9 +18,9 @@ import os
 import warnings
 from typing import Any
 
+from stoker._proc import usable_cpus
 from stoker._validate import check_bool, check_choice, check_int, check_seconds
 from stoker.datasets import is_iterable_dataset
-from stoker.engine.autotune import cpu_budget
 from stoker.engine.ray_workers import ray_options
 
 __all__ = ["Arguments", "check_arguments", "warn_excessive_workers"]
@@ -82,7 +82,7 @@ def check_arguments(
     tune_workers = isinstance(num_workers, str) and num_workers == "auto"
     tune_prefetch = isinstance(prefetch_factor, str) and prefetch_factor == "auto"
     if tune_workers:
-        num_workers = max(1, cpu_budget() // 2) if not iterable else cpu_budget()
+        num_workers = max(1, usable_cpus() // 2) if not iterable else usable_cpus()
     num_workers = check_int(
         "num_workers", num_workers, minimum=0,
         message="num_workers option should be non-negative (an integer, or 'auto')",
@@ -259,7 +259,7 @@ def warn_excessive_workers(num_workers: int, *, stacklevel: int = 3) -> None:
     """Warns, as torch's loader does, when more workers are asked for than CPUs may run them."""
     if num_workers <= 1:
         return
-    cpus = cpu_budget()
+    cpus = usable_cpus()
     if num_workers <= cpus:
         return
     where = "this process may use" if hasattr(os, "sched_getaffinity") else "this machine has"

@@ -3,7 +3,8 @@
 The process tree (:func:`descendants`, :func:`process_stat`, :func:`cmdline`), memory
 (:func:`process_memory` from ``smaps_rollup``, :func:`status_kib` from ``status``,
 :func:`reset_peak_rss`), CPU time (:func:`process_cpu_s`, :func:`machine_busy_s`), open
-files (:func:`open_fds`) and the CPUs this process may use (:func:`usable_cpus`).
+files (:func:`open_fds`), the CPUs this process may use (:func:`usable_cpus`) and the
+memory the machine has free (:func:`available_memory`).
 
 Every reader returns ``None`` (or an empty result) where ``/proc`` is missing or the
 process is gone, never raises for that: processes exit between two reads, and other
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 __all__ = [
     "ProcessMemory",
     "ProcessStat",
+    "available_memory",
     "cmdline",
     "descendants",
     "is_multiprocessing_helper",
@@ -56,6 +58,19 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes: what the machine can give without
+    swapping (None where unknown)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 # -- the process tree ------------------------------------------------------------------

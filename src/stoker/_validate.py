@@ -2,9 +2,10 @@
 
 Integers may be Python or numpy integers (as torch accepts them), never booleans;
 booleans must be real booleans (``"no"`` is not ``False``); a number of seconds must be
-finite or infinite, never NaN. Each check returns the value in its plain Python type.
-:func:`is_int` is the test behind :func:`check_int`, for checks of composite values (a
-size or a pair of sizes, a count or a fraction) that word their own message.
+finite or infinite, never NaN, and so must any other number. Each check returns the value
+in its plain Python type. :func:`is_int` and :func:`is_number` are the tests behind
+:func:`check_int` and :func:`check_number`, for checks of composite values (a size or a
+pair of sizes, a count or a fraction, a mapping of amounts) that word their own message.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_int",
+    "check_number",
     "check_optional_int",
     "check_seconds",
     "is_int",
+    "is_number",
 ]
 
 
@@ -37,6 +40,20 @@ def is_int(value: Any) -> bool:
         (True, False, False)
     """
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value: Any) -> bool:
+    """True for a Python or numpy integer or float, infinities included; False for NaN or a bool.
+
+    Example:
+        >>> is_number(np.float32(0.5)), is_number(float("nan")), is_number(False)
+        (True, False, False)
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        return False
+    return not math.isnan(value)
 
 
 def _int_kind(minimum: int) -> str:
@@ -104,14 +121,26 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
+def check_number(
+    name: str, value: Any, *, minimum: float = 0, above: bool = False, hint: str = ""
+) -> float:
+    """``value`` if it is a number ``>= minimum`` (``> minimum`` with ``above``), else ValueError.
+
+    An integer comes back an ``int``, any other number a ``float``.
+
+    Example:
+        >>> check_number("num_cpus", np.float64(0.5)), check_number("num_cpus", np.int64(2))
+        (0.5, 2)
+    """
+    if not is_number(value) or value < minimum or (above and value == minimum):
+        kind = f"a number {'>' if above else '>='} {minimum:g}"
+        raise ValueError(_with_hint(f"{name} must be {kind}, got {value!r}", hint))
+    return int(value) if is_int(value) else float(value)
+
+
 def check_seconds(name: str, value: Any, *, hint: str = "", message: str | None = None) -> float:
     """``value`` as a float number of seconds ``>= 0`` (``inf`` allowed, ``NaN`` not)."""
-    if (
-        isinstance(value, (bool, np.bool_))
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or math.isnan(value)
-        or value < 0
-    ):
+    if not is_number(value) or value < 0:
         head = message or f"{name} must be a non-negative number of seconds"
         raise ValueError(_with_hint(f"{head}, got {value!r}", hint))
     return float(value)

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from stoker._bad_sample_budget import BadSampleBudget
 from stoker._loader_arguments import check_arguments, warn_excessive_workers
+from stoker._proc import usable_cpus
 from stoker._resume import (
     STATE_VERSION,
     Progress,
@@ -31,12 +32,12 @@ from stoker._thread_safety import is_thread_safe, warn_shared_handles
 from stoker._validate import check_int
 from stoker.bad_samples import ErrorReport
 from stoker.collate import default_collate, default_convert
-from stoker.engine.autotune import AutoTuner, available_memory, cpu_budget
+from stoker.engine.autotune import AutoTuner, available_memory
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.multi_worker import MultiWorkerIterator
 from stoker.engine.plan import EpochHooks, EpochPlan
-from stoker.engine.pool import PoolState, WorkerPool
+from stoker.engine.pool import Pool, PoolState, WorkerPool
 from stoker.engine.ray_workers import RayPool, RayWorkers, ray_options
 from stoker.engine.single_process import SingleProcessIterator
 from stoker.profiling.copy_on_read import (
@@ -271,9 +272,9 @@ class DataLoader(Generic[T]):
         self._length_reported: int | None = None  # len() of an IterableDataset loader, once asked
         self._progress: Progress | None = None
         self._resume: dict[str, Any] | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: Pool | None = None
         self._autotuner: AutoTuner | None = None
-        self._live_pool: weakref.ref[WorkerPool] | None = None
+        self._live_pool: weakref.ref[Pool] | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self.collate_fn = collate_fn or (
             default_collate if self._auto_collation else default_convert
@@ -445,7 +446,7 @@ class DataLoader(Generic[T]):
             return self._mode_trial.chosen or self._mode_trial.current
         return "process"
 
-    def _replace_pool(self, kind: str) -> WorkerPool:
+    def _replace_pool(self, kind: str) -> Pool:
         """worker_mode="auto" switches kinds mid-epoch: a new pool; a persistent old one stops."""
         pool = self._new_pool(kind)
         if self.persistent_workers:
@@ -739,7 +740,7 @@ class DataLoader(Generic[T]):
         """How far ``num_workers="auto"`` may grow: this machine's cores, or the Ray cluster's."""
         if self.ray_workers is not None:
             return self.ray_workers.max_actors()
-        return cpu_budget()
+        return usable_cpus()
 
     def _deliver(self, batch: Any) -> Any:
         """The last step before a batch reaches the user (stoker.torch converts to tensors)."""
@@ -749,10 +750,10 @@ class DataLoader(Generic[T]):
         """What every worker of a new pool runs first (stoker.torch adds datapipe sharding)."""
         return self.worker_init_fn
 
-    def _new_pool(self, kind: str | None = None) -> WorkerPool:
+    def _new_pool(self, kind: str | None = None) -> Pool:
         kind = kind or self._worker_kind()
         if self.ray_workers is not None:
-            return RayPool(self._worker_spec(), self.num_workers, self.ray_workers, self._stats)  # type: ignore[return-value]
+            return RayPool(self._worker_spec(), self.num_workers, self.ray_workers, self._stats)
         if kind == "process" and not self._copy_on_read_checked:
             self._copy_on_read_checked = True
             self._check_copy_on_read()

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("PIL", reason="the demo writes and decodes JPEGs with Pillow (the image extra)")
 
+from stoker._proc import usable_cpus
 from stoker.cli import demo as demo_cli
 from stoker.cli import main
 from stoker.cli.demo.cache import build as build_cache
@@ -80,6 +81,7 @@ def test_quick_demo_reuses_its_cache_and_runs_without_torch(tmp_path, capsys, mo
     assert main(["demo", "--quick", "--no-torch"]) == 0
     second = capsys.readouterr().out
     assert "building" not in second  # reused
+    assert f"; {usable_cpus()} CPUs\n" in second  # the CPUs it may use, as stoker bench says
     header = next(line for line in second.splitlines() if line.startswith("stage "))
     assert "stoker ms/step" in header and "torch" not in header
     assert all(len(cells) == 3 for cells in _rows(second).values())

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from formats.damage import truncated
-from stoker import DataLoader, DatasetError, DatasetIndexError
+from stoker import DataLoader, DatasetError, DatasetIndexError, _proc
 from stoker.formats.image_folder import IMG_EXTENSIONS, ImageFolder
 from stoker.vision import (
     CenterCrop,
@@ -285,6 +285,11 @@ def test_seeds_index_format_loads(tmp_path: Path) -> None:
             r"with a label of one of its 1 classes",
         ),
         ({"classes": ["a"], "items": [{"path": 5, "label": 0}]}, r"item 0 must be"),
+        (
+            {"classes": ["a"], "items": [{"path": "a/1.png", "label": False}]},
+            r"item 0 must be \{\"path\": str, \"label\": int\} .*got \{'path': 'a/1.png', "
+            r"'label': False\}",
+        ),
         ({"classes": ["a", "a"], "items": []}, r"malformed class list: classes lists 'a' twice"),
     ],
 )
@@ -342,6 +347,11 @@ def test_custom_label_numbers_are_kept_through_the_index(tmp_path: Path) -> None
         match=r"classes must map class names \(str\) to labels \(int >= 0\); got 'cat': -1",
     ):
         ImageFolder(root, classes={"cat": -1, "dog": 0})
+    with pytest.raises(TypeError, match=r"to labels \(int >= 0\); got 'dog': (np\.True_|True)$"):
+        ImageFolder(root, classes={"cat": 0, "dog": np.True_})
+    numpy_labels = ImageFolder(root, classes={"dog": np.int64(7), "cat": np.uint8(3)})
+    assert numpy_labels.class_to_idx == {"cat": 3, "dog": 7}
+    assert all(type(label) is int for label in numpy_labels.class_to_idx.values())
 
 
 # -- decoding --------------------------------------------------------------------------------
@@ -501,18 +511,14 @@ def test_pil_images_for_pil_transforms(tmp_path: Path) -> None:
 
 
 def test_no_file_is_open_after_construction_and_reads(tmp_path: Path) -> None:
-    if not os.path.isdir("/proc/self/fd"):
+    before = _proc.open_fds()
+    if not before:
         pytest.skip("counts open files through /proc/self/fd (Linux)")
     root = make_tree(tmp_path, [f"a/{i}.jpg" for i in range(6)])
-    before = set(os.listdir("/proc/self/fd"))
     folder = ImageFolder(root)
     for i in range(len(folder)):
         folder[i]
-    opened = {
-        os.readlink(f"/proc/self/fd/{fd}")
-        for fd in set(os.listdir("/proc/self/fd")) - before
-        if os.path.exists(f"/proc/self/fd/{fd}")
-    }
+    opened = {target for fd, target in _proc.open_fds().items() if fd not in before}
     assert not any(str(root) in target for target in opened)
 
 

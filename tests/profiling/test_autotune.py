@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import numpy as np
 import pytest
 
-from stoker import DataLoader, IterableDataset
-from stoker.engine.autotune import cpu_budget
+from stoker import DataLoader, IterableDataset, _proc
+from stoker._proc import usable_cpus
+from stoker.engine.autotune import available_memory
 
 
 class CpuBound:
@@ -28,15 +30,15 @@ class CpuBound:
         return np.full(3, i)
 
 
-@pytest.mark.skipif(cpu_budget() < 2, reason="growing workers needs at least two cores")
+@pytest.mark.skipif(usable_cpus() < 2, reason="growing workers needs at least two cores")
 def test_auto_adds_workers_while_they_cut_the_wait() -> None:
     loader = DataLoader(CpuBound(), batch_size=2, num_workers="auto", persistent_workers=True)
-    assert loader.num_workers == max(1, cpu_budget() // 2)
+    assert loader.num_workers == max(1, usable_cpus() // 2)
     indices = sorted(int(v) for batch in loader for v in batch[:, 0])
     assert indices == list(range(160))  # growing mid-epoch loses and repeats nothing
-    assert loader.num_workers == cpu_budget()
+    assert loader.num_workers == usable_cpus()
     history = loader.stats().autotune
-    assert history[0].startswith(f"worker {cpu_budget() // 2} added: consumer waited ")
+    assert history[0].startswith(f"worker {usable_cpus() // 2} added: consumer waited ")
     assert "autotune: worker" in str(loader.stats())
     loader.close()
 
@@ -44,7 +46,7 @@ def test_auto_adds_workers_while_they_cut_the_wait() -> None:
 def test_auto_never_exceeds_the_cpu_budget() -> None:
     loader = DataLoader(CpuBound(120), batch_size=2, num_workers="auto", prefetch_factor="auto")
     list(loader)
-    assert loader.num_workers <= cpu_budget()
+    assert loader.num_workers <= usable_cpus()
     assert loader.prefetch_factor <= 8
 
 
@@ -54,6 +56,17 @@ class Big:
 
     def __getitem__(self, i: int):
         return np.full((64, 1024), i, dtype=np.float32)  # 256 KiB per sample
+
+
+def test_the_memory_budget_starts_from_the_memory_the_machine_has_available() -> None:
+    known = _proc.available_memory()
+    if known is None:
+        pytest.skip("the system does not say how much memory is available (no /proc/meminfo)")
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 2**24 < known <= total  # bytes, not kB
+    assert abs(available_memory() - known) < total // 10  # read again: the same, or close
+    loader = DataLoader(CpuBound(8), batch_size=4)
+    assert abs(loader.memory_budget - known // 4) < total // 10
 
 
 def test_the_memory_budget_caps_the_slot_pool_and_says_so() -> None:
@@ -119,7 +132,7 @@ def test_auto_for_an_iterable_dataset_is_fixed_at_the_cores() -> None:
             return iter(range(info.id, 10, info.num_workers))
 
     loader = DataLoader(Stream(), batch_size=2, num_workers="auto")
-    assert loader.num_workers == cpu_budget()
+    assert loader.num_workers == usable_cpus()
     assert sorted(int(v) for b in loader for v in b) == list(range(10))
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from stoker import DataLoader
+from stoker.profiling.stats import StatsRecorder
 
 
 class Slow:
@@ -61,6 +62,7 @@ def test_stats_account_for_every_stage(config) -> None:
         assert "2 workers" in text
     else:
         assert stats.wait_s >= stats.fetch_s  # without workers the consumer waits for all of it
+        assert stats.worker_busy_s == {}  # the trainer loaded every batch: no worker's share
     loader.close()
 
 
@@ -107,3 +109,17 @@ def test_per_sample_timing_and_logging_with_the_environment_variable(tmp_path) -
     assert "SLOWEST 0 5 True" in out
     assert "SLOWEST 2 5 True" in out
     assert "stoker.samples sample 5 loaded in " in out
+
+
+def test_ray_actor_figures_keep_their_worker_and_a_nodes_sum_has_none() -> None:
+    recorder = StatsRecorder(num_workers=3)
+    for actor, worker_id, node in (("a0", 0, "node A"), ("a1", 1, "node A"), ("a2", 2, "node B")):
+        recorder.actor_loaded(actor, worker_id, node, 4, 1000, 0.01, 0.002)
+    figures = recorder.snapshot()
+    assert [a.worker_id for a in figures.actors.values()] == [0, 1, 2]
+    nodes = figures.nodes
+    assert {name: (n.worker_id, n.actors, n.samples) for name, n in nodes.items()} == {
+        "node A": (None, 2, 8),
+        "node B": (None, 1, 4),
+    }
+    assert "actor a1 (worker 1)" in str(figures)

@@ -113,7 +113,9 @@ def test_without_ray_the_error_names_the_extra(tmp_path) -> None:
 
 
 def test_invalid_resource_requests_are_refused_with_the_argument_named() -> None:
-    with pytest.raises(ValueError, match=r"RayWorkers\(resources=\.\.\.\) maps resource names"):
+    with pytest.raises(
+        ValueError, match=r"RayWorkers\(resources=\.\.\.\)\['preprocess'\] must be a number > 0"
+    ):
         stoker.RayWorkers(resources={"preprocess": 0})
     with pytest.raises(ValueError, match=r"RayWorkers\(num_cpus=\.\.\.\) must be a number >= 0"):
         stoker.RayWorkers(num_cpus=-1)

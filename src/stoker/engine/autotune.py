@@ -22,12 +22,13 @@ in :attr:`AutoTuner.history` and shown by ``loader.stats()``.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["AutoTuner", "Tunable", "available_memory", "cpu_budget"]
+from stoker import _proc
+
+__all__ = ["AutoTuner", "Tunable", "available_memory"]
 
 WINDOW_BATCHES = 4
 WINDOW_S = 0.1
@@ -36,24 +37,13 @@ BUSY_SHARE = 0.75
 MAX_PREFETCH = 8
 
 
-def cpu_budget() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+_UNKNOWN_MEMORY = 8 * 2**30  # assumed available where the system does not say
 
 
 def available_memory() -> int:
-    """MemAvailable from /proc/meminfo, in bytes (a large default where unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30
+    """The memory the machine has available, in bytes (a large default where unknown)."""
+    available = _proc.available_memory()
+    return _UNKNOWN_MEMORY if available is None else available
 
 
 class Tunable(Protocol):

@@ -31,6 +31,7 @@ import numpy as np
 
 from stoker._errors import ShmError, WorkerError
 from stoker._resume import Progress
+from stoker._skipped import SKIPPED
 from stoker._tree import map_leaves
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner
@@ -50,14 +51,13 @@ from stoker.engine.messages import (
 )
 from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.plan import EpochHooks, EpochPlan
-from stoker.engine.pool import Death, Pending, PoolState, WorkerPool
+from stoker.engine.pool import Pending, Pool, PoolState, WorkerDeath
 from stoker.profiling.stats import StatsRecorder
 
 __all__ = ["MultiWorkerIterator"]
 
 _POLL_S = 1.0  # a dead thread worker is noticed within this; process deaths wake us at once
 _MAX_RESTARTS_PER_TASK = 3
-_SKIP = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class _Accounted:
 
 
 class MultiWorkerIterator:
-    """Iterates one epoch of batches produced by a :class:`WorkerPool`.
+    """Iterates one epoch of batches produced by a :class:`~stoker.engine.pool.Pool`.
 
     Args:
         plan: how to run the epoch.
@@ -94,7 +94,7 @@ class MultiWorkerIterator:
         self,
         plan: EpochPlan,
         hooks: EpochHooks,
-        pool: WorkerPool,
+        pool: Pool,
         *,
         owns_pool: bool,
         progress: Progress,
@@ -141,7 +141,7 @@ class MultiWorkerIterator:
             self._trial.restart_window()
         self._use_pool(pool)
 
-    def _use_pool(self, pool: WorkerPool) -> None:
+    def _use_pool(self, pool: Pool) -> None:
         """Takes ``pool`` as this epoch's workers: tells them the epoch, gives them work."""
         self._pool = pool
         ledger = pool.ledger
@@ -212,10 +212,10 @@ class MultiWorkerIterator:
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         self._dispatch()  # the consumer may have dropped batches since the last call
         while True:
-            task_id, item = self._take_ready()
-            if item is not _SKIP:
-                batch = self._hand_out(task_id, item, entered)
-                if batch is not _SKIP:
+            ready = self._take_ready()
+            if ready is not None:
+                batch = self._hand_out(*ready, entered)
+                if batch is not SKIPPED:
                     return batch
                 continue
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
@@ -246,7 +246,7 @@ class MultiWorkerIterator:
             self._dispatch()  # results lowered the load; dropped batches freed slots
 
     def _hand_out(self, task_id: int, item: Any, entered: float) -> Any:
-        """The user's batch for a ready entry (raising a worker's error); ``_SKIP`` if empty."""
+        """The user's batch for a ready entry (raising a worker's error); ``SKIPPED`` if empty."""
         self._dispatch()
         self._progress.deliver(self._places.pop(task_id))
         if self._stream_states:
@@ -256,14 +256,15 @@ class MultiWorkerIterator:
         if type(item) is _Accounted:  # on_error="skip": count in delivery order
             self._record_bad_samples(item.attempted, item.skipped)  # type: ignore[misc]
             if item.empty:
-                return _SKIP
+                return SKIPPED
             item = item.batch
         if isinstance(item, _Raise):
             raise item.error
         waited = time.perf_counter() - entered
         self._recorder.delivered(waited)
-        if self._pool.mode == "process":
-            self._pool.memory_watch.check(self._pool.pids, self._recorder.stats.batches)
+        watch = self._pool.memory_watch
+        if watch is not None and self._pool.mode == "process":
+            watch.check(self._pool.pids, self._recorder.stats.batches)
         if self._autotune is not None:
             self._autotune.batch_delivered(waited, self)
         if self._trial is not None and self._switch_to is None and not self._iterable:
@@ -284,25 +285,25 @@ class MultiWorkerIterator:
         self._trial.defer(kind)
         return None
 
-    def _take_ready(self) -> tuple[int, Any]:
-        """The next batch to hand out and its task id; ``(-1, _SKIP)`` when none is ready."""
+    def _take_ready(self) -> tuple[int, Any] | None:
+        """The next batch to hand out and its task id; None when none is ready."""
         ready = self._ready
         if self._in_order:
             while self._next_yield in ready:
                 task_id = self._next_yield
                 item = ready.pop(task_id)
                 self._next_yield += 1
-                if item is not _SKIP:
+                if item is not SKIPPED:
                     return task_id, item
                 self._places.pop(task_id, None)
-            return -1, _SKIP
+            return None
         while ready:
             task_id = min(ready)
             item = ready.pop(task_id)
-            if item is not _SKIP:
+            if item is not SKIPPED:
                 return task_id, item
             self._places.pop(task_id, None)
-        return -1, _SKIP
+        return None
 
     def _mine_pending(self) -> bool:
         return self._in_flight > 0
@@ -454,7 +455,7 @@ class MultiWorkerIterator:
             if message.stream_state is not None:
                 self._stream_states[message.task_id] = (worker_id, message.stream_state)
         elif isinstance(message, Exhausted):
-            self._ready[message.task_id] = _SKIP
+            self._ready[message.task_id] = SKIPPED
         elif isinstance(message, Failed):
             where = (
                 f"while loading indices {summary(pending.indices)}"
@@ -641,7 +642,7 @@ class MultiWorkerIterator:
             )
 
     # -- faults ------------------------------------------------------------------
-    def _handle_death(self, death: Death) -> None:
+    def _handle_death(self, death: WorkerDeath) -> None:
         if self._pool.state is not PoolState.RUNNING:
             return
         ledger = self._ledger

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stoker.engine.pool import Pool
 
 __all__ = ["EpochHooks", "EpochPlan"]
 
@@ -42,4 +45,4 @@ class EpochHooks:
     workers_changed: Callable[[int, int], None]  # autotuning changed (num_workers, prefetch)
     # worker_mode="auto": a drained pool is swapped for a new one of the kind given ("thread"
     # or "process"); the loader makes it, owns it if persistent, and stops the old one
-    replace_pool: Callable[[str], Any] | None = None
+    replace_pool: Callable[[str], Pool] | None = None

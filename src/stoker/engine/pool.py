@@ -46,16 +46,16 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from stoker.engine import random_scopes, segments, slots, termination, transport
 from stoker.engine.messages import Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
 from stoker.profiling.memory import GrowthWatch
 
-__all__ = ["Death", "PoolState", "WorkerPool"]
+__all__ = ["Death", "Pool", "PoolState", "WorkerDeath", "WorkerPool"]
 
 _JOIN_TIMEOUT_S = 2.0
 _TERMINATE_TIMEOUT_S = 1.0
@@ -169,6 +169,64 @@ class Ledger:
     shm_disabled: bool = False  # the slot pool could not be made: batches travel through pipes
     slot_warning_given: bool = False
     slot_map_warned: set[int] = field(default_factory=set)  # workers that could not map a slot
+
+
+class WorkerDeath(Protocol):
+    """A dead worker as a pool reports it: :class:`Death`, or a Ray actor's ``RayDeath``."""
+
+    @property
+    def worker_id(self) -> int: ...
+
+    def describe(self, *, starting: bool = False) -> str: ...
+
+
+@runtime_checkable
+class Pool(Protocol):
+    """What the epoch's iterator and the loader use of a pool of workers.
+
+    :class:`WorkerPool` (processes or threads on this machine) and
+    :class:`~stoker.engine.ray_workers.RayPool` (Ray actors) both provide it, so
+    :class:`~stoker.engine.multi_worker.MultiWorkerIterator` runs an epoch over either.
+    """
+
+    mode: str  # "process", "thread" or "ray"
+    state: PoolState
+    num_workers: int
+    prefix: str  # what the names of its shared-memory segments start with ("" for Ray)
+    ledger: Ledger
+    slots: slots.SlotPool | None  # made by the first epoch, once a batch's size is known
+    pids: dict[int, int]
+    initialised: set[int]  # workers past worker_init_fn (see Initialised)
+    batch_bytes: int | None
+    warned_unsharded: bool
+    deferred: list[int]  # workers a staggered start holds back
+    ramp: bool  # deferred workers start one at a time, whenever the trainer would wait
+    transport_s: float
+
+    @property
+    def memory_watch(self) -> GrowthWatch | None: ...
+
+    def is_started(self, worker_id: int) -> bool: ...
+
+    def start_deferred(self, limit: int | None = None) -> list[int]: ...
+
+    def processes(self) -> list[Any]: ...
+
+    def add_worker(self) -> int: ...
+
+    def restart(self, worker_id: int) -> None: ...
+
+    def send(self, worker_id: int, message: Any) -> bool: ...
+
+    def poll(
+        self, timeout: float
+    ) -> tuple[list[tuple[int, Any, set[int]]], Sequence[WorkerDeath]]: ...
+
+    def pid(self, worker_id: int) -> int | None: ...
+
+    def dump_stack(self, worker_id: int) -> str: ...
+
+    def shutdown(self) -> None: ...
 
 
 class WorkerPool:

@@ -56,10 +56,13 @@ import numpy as np
 
 from stoker._errors import WorkerError
 from stoker._tree import map_leaves
+from stoker._validate import check_number
 from stoker.engine import random_scopes, transport
-from stoker.engine.messages import Done, Failed, Ready, WorkerSpec
+from stoker.engine.messages import Done, Failed, Ready, StartupFailed, Task, WorkerSpec
 from stoker.engine.pool import Ledger, PoolState
+from stoker.engine.slots import SlotPool
 from stoker.engine.worker import cap_threads, describe_failure, run_worker
+from stoker.profiling.memory import GrowthWatch
 
 __all__ = ["RayDeath", "RayPool", "RayWorkers", "ray_options"]
 
@@ -117,19 +120,21 @@ class RayWorkers:
     init_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_cpus, (int, float)) or self.num_cpus < 0:
-            msg = f"RayWorkers(num_cpus=...) must be a number >= 0, got {self.num_cpus!r}"
-            raise ValueError(msg)
+        num_cpus = check_number("RayWorkers(num_cpus=...)", self.num_cpus)
+        object.__setattr__(self, "num_cpus", num_cpus)
+        resources: dict[str, float] = {}
         for name, amount in dict(self.resources).items():
-            if not isinstance(name, str) or not isinstance(amount, (int, float)) or amount <= 0:
+            if not isinstance(name, str):
                 msg = (
                     "RayWorkers(resources=...) maps resource names to positive amounts, such "
-                    f'as {{"preprocess": 1}}; got {name!r}: {amount!r}'
+                    f'as {{"preprocess": 1}}; got the name {name!r}'
                 )
                 raise ValueError(msg)
-        if self.start_timeout_s <= 0:
-            msg = f"RayWorkers(start_timeout_s=...) must be > 0, got {self.start_timeout_s!r}"
-            raise ValueError(msg)
+            where = f"RayWorkers(resources=...)[{name!r}]"
+            resources[name] = check_number(where, amount, above=True)
+        object.__setattr__(self, "resources", resources)
+        timeout = check_number("RayWorkers(start_timeout_s=...)", self.start_timeout_s, above=True)
+        object.__setattr__(self, "start_timeout_s", timeout)
 
     def actor_options(self) -> dict[str, Any]:
         """What each actor asks Ray's scheduler for (``ActorClass.options(**...)``)."""
@@ -375,9 +380,9 @@ class _Actor:
 class RayPool:
     """Runs ``num_workers`` Ray actors and carries messages to and from them.
 
-    Has the methods and attributes of :class:`~stoker.engine.pool.WorkerPool` that
-    :class:`~stoker.engine.multi_worker.MultiWorkerIterator` uses, so the iterator runs
-    an epoch over actors as it does over processes.
+    Provides :class:`~stoker.engine.pool.Pool`, as :class:`~stoker.engine.pool.WorkerPool`
+    does, so :class:`~stoker.engine.multi_worker.MultiWorkerIterator` runs an epoch over
+    actors as it does over processes.
 
     Args:
         spec: what every worker needs (dataset, collate_fn, ...).
@@ -398,12 +403,12 @@ class RayPool:
         self.num_workers = num_workers
         self.state = PoolState.RUNNING
         self._owner_pid = os.getpid()
-        self.slots = None  # no shared memory across machines: answers travel by Ray
+        self.slots: SlotPool | None = None  # no shared memory across machines: Ray carries them
         self.prefix = ""
         self.pids: dict[int, int] = {}
         self.initialised: set[int] = set()
         self.ledger = Ledger(load=[0] * num_workers)
-        self.memory_watch = None
+        self.memory_watch: GrowthWatch | None = None  # the actors' memory is Ray's to watch
         self.batch_bytes: int | None = None
         self.warned_unsharded = False
         self.deferred: list[int] = []  # every actor starts at once: Ray places them in parallel
@@ -537,7 +542,7 @@ class RayPool:
         except (exceptions.RayActorError, exceptions.ObjectLostError) as exc:
             raise _Lost(exc) from exc  # the actor, or its answer with its node, is gone
         except exceptions.RayTaskError as exc:  # the answer could not be sent back
-            return [self._unsendable(worker_id, call.message, exc)]
+            return [unsendable_answer(worker_id, call.message, exc)]
 
     def _hello(self, worker_id: int, actor: _Actor, value: tuple[int, str, str, str]) -> Ready:
         actor.pid, actor.node_id, actor.node_address, actor.host = value
@@ -564,16 +569,6 @@ class RayPool:
                 message.fetch_s + message.collate_s, fetch_s,
             )  # fmt: skip
         return message
-
-    def _unsendable(self, worker_id: int, message: Any, exc: BaseException) -> Any:
-        """A Failed answer for a batch Ray could not carry back (its return did not pickle)."""
-        cause = getattr(exc, "cause", None) or exc
-        return Failed(
-            task_id=getattr(message, "task_id", -1),
-            epoch=getattr(message, "epoch", -1),
-            worker_id=worker_id,
-            failure=describe_failure(cause),
-        )
 
     def _lost(self, worker_id: int, actor: _Actor, exc: BaseException) -> RayDeath:
         actor_id = str(getattr(exc, "actor_id", None) or actor.handle._actor_id.hex())
@@ -681,6 +676,24 @@ class RayPool:
             self._actors = [None] * len(self._actors)
             self._spec_ref = None
             self.state = PoolState.CLOSED
+
+
+def unsendable_answer(worker_id: int, message: Any, exc: BaseException) -> Failed | StartupFailed:
+    """The answer to ``message`` when Ray could not carry the actor's back (it did not pickle).
+
+    A :class:`~stoker.engine.messages.Task`'s: :class:`Failed`, that batch's error. Any other
+    message's (an epoch's start, which runs ``worker_init_fn``): :class:`StartupFailed`, the
+    worker's, since no batch was asked for.
+    """
+    cause = getattr(exc, "cause", None) or exc
+    if isinstance(message, Task):
+        return Failed(
+            task_id=message.task_id,
+            epoch=message.epoch,
+            worker_id=worker_id,
+            failure=describe_failure(cause),
+        )
+    return StartupFailed(worker_id=worker_id, failure=describe_failure(cause))
 
 
 def _writable(leaf: Any) -> Any:

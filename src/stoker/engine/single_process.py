@@ -15,14 +15,13 @@ from time import perf_counter
 from typing import Any
 
 from stoker._resume import Progress
+from stoker._skipped import SKIPPED
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.plan import EpochHooks
 from stoker.profiling.stats import StatsRecorder
 
 __all__ = ["SingleProcessIterator"]
-
-_SKIPPED = object()
 
 
 class SingleProcessIterator:
@@ -92,10 +91,10 @@ class SingleProcessIterator:
                 progress.done = True
                 raise
             except AllSkipped:
-                batch = _SKIPPED
+                batch = SKIPPED
             progress.deliver(self._batch_index)
             self._batch_index += 1
-            if batch is not _SKIPPED:
+            if batch is not SKIPPED:
                 self._recorder.delivered(perf_counter() - entered)
                 return self._deliver(batch)
 
@@ -107,7 +106,7 @@ class SingleProcessIterator:
         progress.samples = fetcher.taken
         if fetcher.ended:
             progress.done = True  # that was the last batch: a state now means the next epoch
-        self._recorder.loaded(-1, samples, perf_counter() - began, 0.0, self._batch_index)
+        self._recorder.loaded(None, samples, perf_counter() - began, 0.0, self._batch_index)
         return batch
 
     def _fetch_map(self, progress: Progress) -> Any:
@@ -129,7 +128,7 @@ class SingleProcessIterator:
             if self._record_bad_samples is not None:
                 self._record_bad_samples(attempted, fetcher.take_skipped())
         self._recorder.loaded(
-            -1, attempted, fetcher.fetch_s, fetcher.collate_s, index, fetcher.slow_samples
+            None, attempted, fetcher.fetch_s, fetcher.collate_s, index, fetcher.slow_samples
         )
         return batch
 

@@ -32,6 +32,7 @@ import os
 import secrets
 import weakref
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from stoker._errors import ShmError
 from stoker.engine import segments
 
 __all__ = [
+    "NOT_POOLED",
     "OneoffWriter",
     "SlotAllocator",
     "SlotKind",
@@ -61,12 +63,15 @@ class SlotKind(enum.Enum):
     SHARED = "shared"  # read-mostly data several processes map (a dataset sent to spawned workers)
 
 
+NOT_POOLED: Final = -1  # SlotRef.index of the kinds that are not a SlotPool's slot
+
+
 @dataclass(frozen=True, slots=True)
 class SlotRef:
     """Names shared memory in a message: its kind, pool index, segment name and size."""
 
     kind: SlotKind
-    index: int  # the pool slot's index; -1 for the other kinds
+    index: int  # the pool slot's index; NOT_POOLED for the other kinds
     name: str
     size: int
 
@@ -94,7 +99,8 @@ class OneoffWriter:
             self.close()
             segments.unlink(name)
             raise
-        self.ref = SlotRef(SlotKind.SHARED if shared else SlotKind.ONEOFF, -1, name, size)
+        kind = SlotKind.SHARED if shared else SlotKind.ONEOFF
+        self.ref = SlotRef(kind, NOT_POOLED, name, size)
         self.used = 0
 
     def place(self, array: np.ndarray) -> int | None:

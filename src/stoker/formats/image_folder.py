@@ -37,6 +37,7 @@ import numpy as np
 from stoker._errors import DatasetError
 from stoker._index import normalize_index
 from stoker._thread_safety import is_thread_safe
+from stoker._validate import is_int
 from stoker.compact import StringArray
 from stoker.datasets import Dataset
 from stoker.formats._walk import Claim, Identity, WalkedFile, claim_directory, walk_files
@@ -476,12 +477,7 @@ def _read_mapping(classes: Any) -> dict[str, int] | None:
         raise TypeError(msg)
     mapping: dict[str, int] = {}
     for name, label in pairs:
-        if (
-            not isinstance(name, str)
-            or not isinstance(label, (int, np.integer))
-            or isinstance(label, bool)
-            or label < 0
-        ):
+        if not isinstance(name, str) or not is_int(label) or label < 0:
             msg = (
                 f"classes must map class names (str) to labels (int >= 0); got {name!r}: {label!r}"
             )
@@ -560,12 +556,7 @@ def _read_index(index: Any) -> tuple[list[str], list[int], dict[str, int]]:
     for position, item in enumerate(index["items"]):
         path = item.get("path") if isinstance(item, Mapping) else None
         label = item.get("label") if isinstance(item, Mapping) else None
-        if (
-            not isinstance(path, str)
-            or not isinstance(label, int)
-            or isinstance(label, bool)
-            or label not in valid
-        ):
+        if not isinstance(path, str) or not is_int(label) or label not in valid:
             msg = (
                 f'{where}: item {position} must be {{"path": str, "label": int}} with a label '
                 "of one of its "

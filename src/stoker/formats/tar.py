@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from stoker._errors import DatasetError
+from stoker._skipped import SKIPPED
 from stoker._validate import check_int, check_optional_int
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
@@ -66,7 +67,6 @@ logger = logging.getLogger("stoker")
 
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
-_SKIPPED = object()
 # A member is read into memory whole; a header can claim any size, and a small gzipped
 # shard can inflate to far more than it holds.
 DEFAULT_MAX_MEMBER_BYTES = 2**30
@@ -297,7 +297,7 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
         self.epoch = check_int("epoch", epoch)
 
     # record positions, state_dict and shuffle_buffer: stoker.streams._records.RecordStream
-    _skip_marker = _SKIPPED
+    _skip_marker = SKIPPED
 
     def _record_order(self) -> list[int]:
         return _file_order(len(self.shards), self.shuffle_shards, self.seed, self.epoch)
@@ -344,7 +344,7 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
     def _decode(self, sample: dict[str, Any] | BadSample) -> Any:
         if isinstance(sample, BadSample):
             self._handle(sample.error(), "skipped a sample")
-            return _SKIPPED
+            return SKIPPED
         decode = self.decode
         if decode is None:
             return sample
@@ -371,7 +371,7 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
             error = DatasetError(msg)
             error.__cause__ = exc
             self._handle(error, "skipped a sample")
-            return _SKIPPED
+            return SKIPPED
 
     def __repr__(self) -> str:
         head = ", ".join(repr(self.shards[i]) for i in range(min(2, len(self.shards))))

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from stoker._errors import DatasetError
+from stoker._skipped import SKIPPED
 from stoker._validate import check_choice, check_int
 from stoker.compact import StringArray
 from stoker.datasets import IterableDataset
@@ -67,7 +68,6 @@ _VERIFY = (False, "open")
 _GLOB_CHARS = frozenset("*?[")
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 _READ_ERRORS = (*GZIP_ERRORS, UnicodeDecodeError)
-_SKIPPED = object()
 # Bytes that are not valid text in the file's encoding are decoded as lone surrogates
 # U+DC00 + byte (like "surrogateescape", for every byte value), which no strict decoder
 # produces; so one bad byte spoils only its own line, and that line is found and reported.
@@ -200,7 +200,7 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
     """What TextLines and JsonLines share: files, sharding, epochs, bad-record policy."""
 
     _suffixes: tuple[str, ...] | None = None
-    _skip_marker = _SKIPPED
+    _skip_marker = SKIPPED
 
     def __init__(
         self,
@@ -324,7 +324,7 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
                     type(exc).__name__,
                     exc,
                 )
-                return _SKIPPED
+                return SKIPPED
             if isinstance(exc, json.JSONDecodeError):
                 snippet = text if len(text) <= 80 else text[:77] + "..."
                 msg = (

@@ -42,7 +42,7 @@ class ActorStats:
     """
 
     node: str
-    worker_id: int = -1
+    worker_id: int | None = None  # None: a node's figures, summed over its actors
     actors: int = 1
     batches: int = 0
     samples: int = 0
@@ -120,7 +120,7 @@ class LoaderStats:
         for actor in self.actors.values():
             node = out.get(actor.node)
             if node is None:
-                out[actor.node] = dataclasses.replace(actor, worker_id=-1)
+                out[actor.node] = dataclasses.replace(actor, worker_id=None)
                 continue
             node.actors += 1
             node.batches += actor.batches
@@ -209,20 +209,20 @@ class StatsRecorder:
 
     def loaded(
         self,
-        worker_id: int,
+        worker_id: int | None,
         samples: int,
         fetch_s: float,
         collate_s: float,
         what: Any,
         slow: tuple[Any, ...] = (),
     ) -> None:
-        """A batch of ``samples`` was fetched and collated by ``worker_id`` (-1: the trainer)."""
+        """A batch of ``samples`` was fetched and collated by ``worker_id`` (None: the trainer)."""
         stats = self.stats
         stats.samples += samples
         stats.fetch_s += fetch_s
         stats.collate_s += collate_s
         busy = fetch_s + collate_s
-        if worker_id >= 0:
+        if worker_id is not None:
             stats.worker_busy_s[worker_id] = stats.worker_busy_s.get(worker_id, 0.0) + busy
         heap = self._slow_batches
         if len(heap) < _KEEP_SLOWEST or busy > heap[0][0]:  # most batches stop here

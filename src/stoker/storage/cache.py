@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from stoker._validate import check_optional_int
+
 __all__ = ["CachedFile", "ShardCache"]
 
 logger = logging.getLogger("stoker")
@@ -81,9 +83,7 @@ class ShardCache:
     """
 
     def __init__(self, folder: str | os.PathLike[str], max_bytes: int | None = None) -> None:
-        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
-            msg = f"max_bytes must be an int >= 0 or None, got {max_bytes!r}"
-            raise ValueError(msg)
+        max_bytes = check_optional_int("max_bytes", max_bytes)
         self.folder = os.path.abspath(os.fspath(folder))
         self.max_bytes = max_bytes
         os.makedirs(self.folder, exist_ok=True)

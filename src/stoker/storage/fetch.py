@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker._errors import DatasetError
+from stoker._validate import check_int, check_seconds
 
 __all__ = ["RemoteReadError", "RetryPolicy", "download", "is_transient"]
 
@@ -105,16 +106,9 @@ class RetryPolicy:
     max_delay_s: float = 10.0
 
     def __post_init__(self) -> None:
-        if (
-            not isinstance(self.attempts, int)
-            or isinstance(self.attempts, bool)
-            or self.attempts < 1
-        ):
-            msg = f"attempts must be an int >= 1, got {self.attempts!r}"
-            raise ValueError(msg)
-        if self.base_delay_s < 0 or self.max_delay_s < 0:
-            msg = f"delays must be >= 0, got {self.base_delay_s!r} and {self.max_delay_s!r}"
-            raise ValueError(msg)
+        object.__setattr__(self, "attempts", check_int("attempts", self.attempts, minimum=1))
+        for name in ("base_delay_s", "max_delay_s"):
+            object.__setattr__(self, name, check_seconds(name, getattr(self, name)))
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failure."""

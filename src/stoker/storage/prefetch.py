@@ -14,6 +14,8 @@ import concurrent.futures
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
+from stoker._validate import check_int
+
 __all__ = ["Prefetcher"]
 
 T = TypeVar("T")
@@ -47,9 +49,7 @@ class Prefetcher(Generic[T, R]):
         depth: int = 2,
         release: Callable[[R], None] | None = None,
     ) -> None:
-        if not isinstance(depth, int) or depth < 0:
-            msg = f"prefetch depth must be an int >= 0, got {depth!r}"
-            raise ValueError(msg)
+        depth = check_int("depth", depth, hint="items fetched ahead")
         self.items = list(items)
         self.fetch = fetch
         self.depth = depth

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from stoker._extras import require
+from stoker._validate import check_int
 from stoker.sharding import shard_for_worker
 from stoker.storage.cache import CachedFile, ShardCache
 from stoker.storage.fetch import RetryPolicy, download
@@ -82,9 +83,7 @@ class Storage:
                 f"{storage_options!r}"
             )
             raise TypeError(msg)
-        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
-            msg = f"prefetch must be an int >= 0 (files downloaded ahead), got {prefetch!r}"
-            raise ValueError(msg)
+        prefetch = check_int("prefetch", prefetch, hint="files downloaded ahead")
         if cache is not None and not isinstance(cache, ShardCache):
             cache = ShardCache(cache)
         self.storage_options = dict(storage_options or {})

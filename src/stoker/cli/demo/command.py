@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from stoker._proc import usable_cpus
 from stoker.cli._args import nonnegative_float
 from stoker.cli._output import PLOT_INSTALL
 from stoker.cli.demo.cache import DemoData, build, cache_root
@@ -134,7 +135,7 @@ def _print_header(config: DemoConfig, data: DemoData) -> None:
     print(
         f"stoker demo: {config.describe()}, {config.batches} timed steps per run after "
         f"{config.warmup} warm-up, a simulated {config.step_ms:g} ms of accelerator work per "
-        f"step; {os.cpu_count()} CPUs"
+        f"step; {usable_cpus()} CPUs"
     )
     if data.built_s:
         print(

@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Any
 
+from stoker._proc import usable_cpus
 from stoker.cli._output import progress_bar, pyplot
 from stoker.cli.demo.config import DemoConfig
 from stoker.cli.demo.stages import Stage, Timing
@@ -161,7 +162,7 @@ def save_plot(
         )
     fig.text(0.01, 0.01, "\n".join(notes), fontsize=8, color="red" if busy else "black")
     ax.set_title(
-        f"stoker demo: {config.describe()}, {os.cpu_count()} CPUs",
+        f"stoker demo: {config.describe()}, {usable_cpus()} CPUs",
         fontsize=10,
     )
     if busy:
