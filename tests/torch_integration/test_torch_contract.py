@@ -255,7 +255,8 @@ def test_an_iterdatapipe_refuses_thread_workers_that_would_share_one_graph() -> 
         DataLoader(IterableWrapper(range(4)).sharding_filter(), num_workers=2, worker_mode="thread")
     assert str(caught.value) == (
         "an IterDataPipe graph is sharded per worker, and thread workers share one graph: "
-        "use worker_mode='process' (the default) or num_workers=1"
+        "use worker_mode='auto' (the default, which gives an IterDataPipe processes) "
+        "or 'process', or num_workers=1"
     )
 
 
