@@ -92,8 +92,8 @@ class DataLoader(Generic[T]):
         persistent_workers: keep workers alive between epochs.
         pin_memory_device: accepted for compatibility; the current accelerator is used.
         in_order: deliver batches in sampler order (``False``: as soon as ready).
-        worker_mode: ``"process"`` (default), ``"thread"`` or ``"auto"`` workers.
-            ``"auto"`` (recommended) measures threads against processes while the
+        worker_mode: ``"auto"`` (default), ``"process"`` or ``"thread"`` workers.
+            ``"auto"`` measures threads against processes while the
             first epoch runs and keeps the faster, for a map-style dataset (and
             transforms and collate_fn) that declares ``thread_safe = True`` and no
             ``worker_init_fn``; anything else gets processes. See docs/worker-modes.md.

@@ -3,8 +3,8 @@
 Usage: ``torchrun --nproc_per_node=N accelerate_job.py OUT_DIR stoker|torch``. Each rank
 writes ``OUT_DIR/rank-<r>.json`` with what it trained on: per epoch the batches' sample
 indices and augmentation draws, ``sync_gradients`` after every step, the indices
-``gather_for_metrics`` returned, the type of each field, and the batches a resumed run
-sees after ``skip_first_batches``.
+``gather_for_metrics`` returned, the type and dtype of each field, and the batches (and
+their fields' types) a resumed run sees after ``skip_first_batches``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def build(kind: str) -> tuple:
     return model, optimizer, loader
 
 
+def types(batch: dict) -> set[str]:
+    """``field:type:dtype`` of each field (an ndarray would also have ``.tolist()``)."""
+    return {f"{k}:{type(v).__module__}.{type(v).__name__}:{v.dtype}" for k, v in batch.items()}
+
+
 def main(out_dir: str, kind: str) -> None:
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATE)
     model, optimizer, loader = build(kind)
@@ -68,9 +73,7 @@ def main(out_dir: str, kind: str) -> None:
             epoch["batches"].append(batch["index"].tolist())
             epoch["noise"].append([round(float(v), 6) for v in batch["noise"]])
             epoch["gathered"].extend(accelerator.gather_for_metrics(batch["index"]).tolist())
-            epoch["types"].update(
-                f"{k}:{type(v).__name__}:{getattr(v, 'dtype', '')}" for k, v in batch.items()
-            )
+            epoch["types"].update(types(batch))
         epoch["types"] = sorted(epoch["types"])
         record["epochs"].append(epoch)
 
@@ -83,6 +86,7 @@ def main(out_dir: str, kind: str) -> None:
     batches = list(resumed)
     record["resumed"] = [b["index"].tolist() for b in batches]
     record["resumed_noise"] = [[round(float(v), 6) for v in b["noise"]] for b in batches]
+    record["resumed_types"] = sorted(set().union(*(types(b) for b in batches)))
     rank = accelerator.process_index
     Path(out_dir, f"rank-{rank}.json").write_text(json.dumps(record), encoding="utf-8")
     accelerator.end_training()

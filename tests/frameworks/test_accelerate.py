@@ -58,14 +58,18 @@ def test_ranks_get_torchs_shards_disjoint_and_covering(runs) -> None:
 
 
 def test_batches_hold_torch_types(runs) -> None:
+    """Prepared batches and the batches after ``skip_first_batches`` are torch tensors with
+    the dtypes torch's loader gives, in every epoch and rank."""
+    expected = [
+        "index:torch.Tensor:torch.int64",
+        "noise:torch.Tensor:torch.float32",
+        "x:torch.Tensor:torch.float32",
+        "y:torch.Tensor:torch.int64",
+    ]
     for kind in ("stoker", "torch"):
         for record in runs[kind]:
-            assert record["epochs"][0]["types"] == [
-                "index:Tensor:torch.int64",
-                "noise:Tensor:torch.float32",
-                "x:Tensor:torch.float32",
-                "y:Tensor:torch.int64",
-            ]
+            assert [e["types"] for e in record["epochs"]] == [expected] * 2, kind
+            assert record["resumed_types"] == expected, kind
 
 
 def test_gradient_accumulation_sees_the_end_of_the_data(runs) -> None:

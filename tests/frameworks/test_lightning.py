@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -57,16 +58,15 @@ def steps(seen: list) -> list:
 def ddp(request, tmp_path_factory) -> dict[str, list[dict]]:
     strategy, source = request.param
     tmp = tmp_path_factory.mktemp(f"lightning-{strategy}")
-    runs = {}
-    for kind in KINDS:
-        out = tmp / kind
-        out.mkdir()
-        command = [sys.executable, job.__file__, str(out), kind, strategy, source]
-        run_job(command, framework_env(), cwd=tmp)
-        runs[kind] = [
-            json.loads((out / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(2)
-        ]
-    return runs
+    return {kind: run_two_ranks(tmp / kind, kind, strategy, source) for kind in KINDS}
+
+
+def run_two_ranks(out: Path, kind: str, *args: str) -> list[dict]:
+    """Runs ``lightning_job.py OUT kind *args`` (Lightning starts the second rank); each rank's
+    JSON."""
+    out.mkdir()
+    run_job([sys.executable, job.__file__, str(out), kind, *args], framework_env(), cwd=out.parent)
+    return [json.loads((out / f"rank-{r}.json").read_text(encoding="utf-8")) for r in range(2)]
 
 
 def test_ddp_injects_a_distributed_sampler_into_a_stoker_loader(ddp) -> None:
@@ -90,6 +90,43 @@ def test_ddp_epochs_differ(ddp) -> None:
     for record in ddp["stoker"]:
         by_epoch = [[b for e, b, _ in record["seen"] if e == epoch] for epoch in range(job.EPOCHS)]
         assert by_epoch[0] != by_epoch[1]
+
+
+def test_ddp_mid_epoch_checkpoint_resumes_each_rank_exactly(tmp_path) -> None:
+    """Two ranks stopped after 1 of epoch 1's 3 steps: resumed from that checkpoint in a new
+    trainer, each rank trains on exactly the batches, with the same augmentations, that
+    the uninterrupted run trained on after that step.
+
+    Lightning saves rank 0's loader state in the checkpoint and loads it into every rank.
+    stoker's state is the epoch, the batches delivered and the base seed, which ranks share
+    (they seed alike), so it is right for rank 1 too. torch's loader has no state: Lightning
+    warns (on rank 0) and the loader starts over; with workers its sampler is read before
+    Lightning sets the epoch, so each rank trains on the first 2 batches of its *epoch 0*
+    shard, with epoch 0's augmentations, and the run ends with the rest never seen.
+    """
+    runs = {kind: run_two_ranks(tmp_path / kind, kind, "ddp", "hook", "resume") for kind in KINDS}
+    done = job.STEPS_PER_EPOCH + 1  # the steps the checkpoint had trained
+    for rank, (ours, theirs) in enumerate(zip(runs["stoker"], runs["torch"], strict=True)):
+        assert ours["rank"] == rank and ours["loader"] == "stoker.torch._loader.DataLoader"
+        assert ours["sampler"] == "DistributedSampler"
+        assert steps(ours["full"]) == steps(theirs["full"])  # torch's shards, in torch's order
+        assert len(ours["full"]) == job.EPOCHS * job.STEPS_PER_EPOCH
+        assert ours["resumed"] == ours["full"][done:], f"rank {rank} did not resume exactly"
+        assert not any("not resumable" in w for w in ours["resumed_warnings"])
+        epoch_0 = theirs["full"][: job.STEPS_PER_EPOCH - 1]
+        assert theirs["resumed"] == [[1, b, n] for _, b, n in epoch_0], f"rank {rank}"
+    assert runs["stoker"][0]["resumed"] != runs["stoker"][1]["resumed"]
+    assert any("not resumable" in w for w in runs["torch"][0]["resumed_warnings"])
+    # what the checkpoint holds: one loader state (rank 0's), none for torch's loader
+    states = {
+        kind: torch.load(tmp_path / kind / "checkpoints" / job.RESUME_AT, weights_only=False)[
+            "loops"
+        ]["fit_loop"]["state_dict"].get("combined_loader")
+        for kind in KINDS
+    }
+    assert states["torch"] is None
+    [state] = states["stoker"]
+    assert (state["epoch"], state["batches"]) == (1, 1)
 
 
 # ------------------------------------------------------------------ one device, in process

@@ -127,27 +127,116 @@ def test_a_torch_generator_gives_torchs_order_in_every_epoch(workers) -> None:
     assert len({tuple(o) for o in orders["stoker"]}) == 3
 
 
+def rebuild(loader: DataLoader, framework: str, sampler=None) -> DataLoader:
+    """A new loader made from ``loader``'s public attributes, as a framework makes one.
+
+    ``"lightning"``: the loader's class, called with every attribute its ``__init__``
+    names; ``"accelerate"``: called with torch's ``DataLoader`` arguments only (stoker's
+    options then come from ``collate_fn``). With a ``sampler`` (Lightning's injected
+    ``DistributedSampler``) it replaces the loader's; without, the rebuilt loader shuffles
+    with a sampler of its own.
+    """
+    init = type(loader).__init__ if framework == "lightning" else tud.DataLoader.__init__
+    params = inspect.signature(init).parameters
+    kwargs = {k: v for k, v in vars(loader).items() if k in params and not k.startswith("_")}
+    kwargs["multiprocessing_context"] = loader.multiprocessing_context
+    kwargs.update(sampler=sampler, batch_sampler=None, shuffle=sampler is None)
+    return type(loader)(**kwargs)
+
+
 def test_a_rebuild_from_public_attributes_keeps_stokers_options() -> None:
     """What Lightning does: the loader's class, called with the attributes its __init__ names."""
     loader = DataLoader(
         Squares(), batch_size=4, shuffle=True, num_workers=2, worker_mode="thread",
         on_error="skip", max_errors=3, copy_batches=True, memory_budget=2**26, compact_dataset=True,
     )  # fmt: skip
-    params = inspect.signature(type(loader).__init__).parameters
-    kwargs = {k: v for k, v in vars(loader).items() if k in params and not k.startswith("_")}
-    kwargs["multiprocessing_context"] = loader.multiprocessing_context
-    kwargs["sampler"] = tud.DistributedSampler(
-        loader.dataset, num_replicas=2, rank=1, shuffle=False
-    )
-    kwargs.update(batch_sampler=None, shuffle=False)
     next(iter(loader))  # the base seed is drawn when the first epoch starts
-    kwargs["collate_fn"] = loader.collate_fn
-    rebuilt = type(loader)(**kwargs)
+    sampler = tud.DistributedSampler(loader.dataset, num_replicas=2, rank=1, shuffle=False)
+    rebuilt = rebuild(loader, "lightning", sampler)
     assert (rebuilt.worker_mode, rebuilt.on_error, rebuilt.max_errors) == ("thread", "skip", 3)
     assert (rebuilt.copy_batches, rebuilt.memory_budget, rebuilt.num_workers) == (True, 2**26, 2)
     assert rebuilt.compact_dataset is True
     assert flat(rebuilt) == [i * i for i in range(1, 23, 2)] + [0]  # rank 1 of 2, padded
     assert rebuilt._base_seed() == loader._seed, "the rebuilt loader drew a new base seed"
+
+
+class Flaky(tud.Dataset):
+    """Sample i: (i, a random draw); sample 5 cannot be read."""
+
+    def __len__(self) -> int:
+        return 23
+
+    def __getitem__(self, i: int) -> tuple:
+        if i == 5:
+            raise ValueError(f"truncated record {i}")
+        return i, torch.rand(())
+
+
+def indices_and_draws(batches) -> list[tuple[list[int], list[float]]]:
+    return [(b[0].tolist(), b[1].tolist()) for b in batches]
+
+
+@pytest.mark.parametrize("framework", ["lightning", "accelerate"])
+def test_a_rebuilt_loader_skips_and_reports_a_bad_sample(framework) -> None:
+    """on_error="skip" survives the rebuild as behaviour: the bad sample is left out of its
+    batch and reported; the same rebuild of a loader built without it raises."""
+    loader = DataLoader(Flaky(), batch_size=4, shuffle=True, num_workers=2, on_error="skip")
+    sampler = tud.DistributedSampler(loader.dataset, num_replicas=2, rank=1, shuffle=False)
+    rebuilt = rebuild(loader, framework, sampler)
+    batches = indices_and_draws(rebuilt)
+    assert [i for b, _ in batches for i in b] == [1, 3, 7, 9, 11, 13, 15, 17, 19, 21, 0]
+    assert [len(b) for b, _ in batches] == [3, 4, 4], "sample 5 was not left out of its batch"
+    report = rebuilt.error_report()
+    assert [(s.index, s.error_type, s.message) for s in report] == [
+        (5, "ValueError", "truncated record 5")
+    ]
+    with pytest.raises(ValueError, match="truncated record 5"):
+        list(rebuild(DataLoader(Flaky(), batch_size=4, num_workers=2), framework, sampler))
+
+
+@pytest.mark.parametrize("framework", ["lightning", "accelerate"])
+@pytest.mark.parametrize("injected", [False, True], ids=["own-sampler", "rank-1-of-2"])
+def test_a_rebuilt_loader_resumes_mid_epoch_exactly(framework, injected) -> None:
+    """A rebuilt loader's state_dict, loaded into another loader rebuilt the same way (as a
+    resumed job does), gives exactly the batches and draws the uninterrupted epoch gave."""
+
+    def rebuilt() -> DataLoader:
+        loader = DataLoader(
+            Flaky(), batch_size=3, shuffle=True, num_workers=2, on_error="skip", max_errors=4
+        )
+        sampler = (
+            tud.DistributedSampler(loader.dataset, num_replicas=2, rank=1, shuffle=True, seed=4)
+            if injected
+            else None
+        )
+        return rebuild(loader, framework, sampler)
+
+    def epoch(loader: DataLoader, e: int):
+        if injected:  # as Lightning does at every epoch's start
+            loader.sampler.set_epoch(e)
+        return iter(loader)
+
+    torch.manual_seed(0)
+    uninterrupted = rebuilt()
+    full = [indices_and_draws(epoch(uninterrupted, e)) for e in range(2)]
+    assert full[0] != full[1]
+
+    torch.manual_seed(0)
+    interrupted = rebuilt()
+    list(epoch(interrupted, 0))
+    it = epoch(interrupted, 1)
+    first = indices_and_draws([next(it), next(it)])
+    state = interrupted.state_dict()
+    del it
+    interrupted.close()
+
+    torch.manual_seed(1)  # the resumed job's global generator is in another state
+    resumed = rebuilt()
+    resumed.load_state_dict(state)
+    rest = indices_and_draws(epoch(resumed, 1))
+    assert first == full[1][:2]
+    assert rest == full[1][2:], "the resumed loader did not give the rest of the epoch"
+    assert 5 not in [i for b, _ in full[1] for i in b]
 
 
 def test_building_a_loader_leaves_torchs_global_generator_alone() -> None:
@@ -255,7 +344,8 @@ def test_an_iterdatapipe_refuses_thread_workers_that_would_share_one_graph() -> 
         DataLoader(IterableWrapper(range(4)).sharding_filter(), num_workers=2, worker_mode="thread")
     assert str(caught.value) == (
         "an IterDataPipe graph is sharded per worker, and thread workers share one graph: "
-        "use worker_mode='process' (the default) or num_workers=1"
+        "use worker_mode='auto' (the default, which gives an IterDataPipe processes) "
+        "or 'process', or num_workers=1"
     )
 
 

@@ -48,10 +48,12 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
 
     Randomness: with ``generator=None`` the loader's base seed (which seeds the workers
     and the random scopes of every epoch) and the shuffle's seed are drawn from torch's
-    global generator when the loader is built, so ``torch.manual_seed(s)`` before it
-    reproduces a run, as with torch, and :meth:`state_dict` resumes it. With a
-    ``torch.Generator`` the shuffled order equals torch's, epoch for epoch, with or
-    without persistent workers.
+    global generator when the first epoch starts (the first ``next()``), not when the
+    loader is built: building one leaves torch's global generator as it was, so a model
+    initialised after it gets the weights it gets with torch's loader. Calling
+    ``torch.manual_seed(s)`` before the first epoch reproduces a run, as with torch, and
+    :meth:`state_dict` resumes it. With a ``torch.Generator`` the shuffled order equals
+    torch's, epoch for epoch, with or without persistent workers.
 
     ``pin_memory=True``: a background thread copies each batch into page-locked memory
     (one pinned block per batch from torch's caching host allocator), so that
@@ -159,7 +161,8 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         if datapipe and self.num_workers > 1 and self.worker_mode == "thread":
             msg = (
                 "an IterDataPipe graph is sharded per worker, and thread workers share one graph: "
-                "use worker_mode='process' (the default) or num_workers=1"
+                "use worker_mode='auto' (the default, which gives an IterDataPipe processes) "
+                "or 'process', or num_workers=1"
             )
             raise ValueError(msg)
         # torch's own attributes, which code written for torch's loader reads

@@ -9,8 +9,9 @@ arrays, ``set_epoch``, ``state_dict``) that are also instances of torch's, and a
 :class:`stoker.torch.DataLoader` builds when it is given no sampler.
 
 Randomness follows torch's: ``generator=None`` draws the sampler's seed from torch's
-global generator when the sampler is built (so ``torch.manual_seed`` reproduces the
-order), and a ``torch.Generator`` gives torch's exact order.
+global generator when its first epoch starts, not when it is built (so building one
+leaves torch's global generator alone, and ``torch.manual_seed`` before the first epoch
+reproduces the order), and a ``torch.Generator`` gives torch's exact order.
 """
 
 from __future__ import annotations
