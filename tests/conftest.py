@@ -28,4 +28,5 @@ def nothing_left_behind(leak_settle_s: float) -> Iterator[None]:
     gc.collect()  # an iterator the test dropped is shut down by its finalizer
     problems = leaks.leftovers(before, settle_s=leak_settle_s)
     if problems:
+        leaks.clean_up(before)  # one test's leak must not fail the tests after it
         pytest.fail("the test left things behind:\n  " + "\n  ".join(problems), pytrace=False)

@@ -16,6 +16,7 @@ import pytest
 
 import stoker
 from harness import leaks
+from harness.children import fault_env, finish
 
 SRC = str(Path(stoker.__file__).resolve().parents[1])  # the stoker under test, for the children
 COMMANDS = ("demo", "pack", "doctor", "bench")
@@ -59,7 +60,7 @@ DATASETS = textwrap.dedent(
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = fault_env()  # a command that does not exit in time is shown with its stacks
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, env.get("PYTHONPATH")]))
     env.pop("COLUMNS", None)
     return env
@@ -204,7 +205,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_stops_the_workers(
         assert len(workers) >= 2, "the workers never started"
         time.sleep(0.5)  # batches are flowing
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = finish(proc, 60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -334,7 +335,7 @@ def _interrupt(
         if fifo is not None:
             time.sleep(0.3)
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open returns
-        _, err = proc.communicate(timeout=60)
+        _, err = finish(proc, 60)
     finally:
         if proc.poll() is None:
             proc.kill()

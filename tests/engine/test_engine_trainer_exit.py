@@ -16,6 +16,7 @@ import pytest
 import stoker
 from engine.engine_datasets import Samples
 from harness import leaks as engine_harness
+from harness.children import fault_env, finish
 from stoker import DataLoader
 from stoker.engine import slots
 
@@ -48,7 +49,7 @@ def start_script(tmp_path: Path, body: str) -> subprocess.Popen[bytes]:
     script = tmp_path / "trainer.py"
     main = textwrap.indent(textwrap.dedent(body), "    ")
     script.write_text(f"{_PRELUDE}\n\nif __name__ == '__main__':\n{main}")
-    env = dict(os.environ)
+    env = fault_env()  # a child that does not exit in time is shown with its stacks
     src = str(Path(stoker.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.Popen(
@@ -104,7 +105,7 @@ def test_ctrl_c_in_the_trainer_stops_workers_and_frees_shared_memory(tmp_path) -
         engine_harness.shm_segments(proc.pid) != []
     )  # the slot pool exists: the check below means something
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=_EXIT_WITHIN_S)
+    _, err = finish(proc, _EXIT_WITHIN_S)
     text = err.decode()
     assert proc.returncode != 0
     assert "Traceback (most recent call last)" in text and "KeyboardInterrupt" in text
@@ -137,7 +138,7 @@ def test_interpreter_exit_with_a_live_iterator_is_prompt_and_clean(options: str,
     assert read_line(proc) == "started"
     workers = engine_harness.descendants(proc.pid)
     assert len(workers) == (0 if "thread" in options else 2)
-    _, err = proc.communicate(timeout=_EXIT_WITHIN_S)
+    _, err = finish(proc, _EXIT_WITHIN_S)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, err.decode()
     assert err.decode() == ""  # no traceback, no warning from a half-torn-down pool
@@ -168,7 +169,7 @@ def test_sigkilled_trainer_takes_its_workers_along_and_its_segments_are_swept(
     assert engine_harness.shm_segments(proc.pid) != []
     assert len(engine_harness.stack_files(proc.pid)) == 2  # one per worker
     proc.kill()
-    proc.communicate(timeout=_EXIT_WITHIN_S)
+    finish(proc, _EXIT_WITHIN_S)
     assert proc.returncode == -signal.SIGKILL
     # PR_SET_PDEATHSIG: the kernel kills the workers the moment their parent dies
     assert engine_harness.wait_gone(workers) == [], "a process outlived its SIGKILLed trainer"
@@ -210,6 +211,6 @@ def test_sigterm_to_the_trainer_stops_workers_and_frees_everything(handler: str,
         and len(engine_harness.stack_files(proc.pid)) == 2
     )
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=_EXIT_WITHIN_S)
+    _, err = finish(proc, _EXIT_WITHIN_S)
     assert proc.returncode == (7 if handler == "user" else -signal.SIGTERM), err.decode()
     assert_child_left_nothing(proc.pid, workers)  # no segment, no stack file, no worker left

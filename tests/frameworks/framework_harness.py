@@ -8,21 +8,17 @@ that does not finish in time fails with every one of its processes' Python stack
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from stoker._proc import descendants
+from harness.children import fault_env, finish
 
 _TIMEOUT_S = 120
-_DUMP_WAIT_S = 3.0
 
 
 def framework_env() -> dict[str, str]:
@@ -48,7 +44,7 @@ def run_job(
     (``PYTHONFAULTHANDLER=1``) writes each one's Python stacks to the captured stderr,
     then SIGKILL; nothing of the job outlives the call.
     """
-    env = {**env, "PYTHONFAULTHANDLER": "1"}
+    env = fault_env(env)
     with subprocess.Popen(
         command,
         env=env,
@@ -58,28 +54,10 @@ def run_job(
         text=True,
         start_new_session=True,
     ) as job:
-        try:
-            out, err = job.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            tree = [job.pid, *descendants(job.pid)]
-            _signal_all(tree, signal.SIGABRT)
-            time.sleep(_DUMP_WAIT_S)
-            _signal_all([*tree, *descendants(job.pid)], signal.SIGKILL)
-            out, err = job.communicate()
-            pytest.fail(
-                f"{' '.join(command[:6])} ... did not finish in {timeout:.0f} s; "
-                f"its processes {tree} were sent SIGABRT for their stacks, then killed.\n"
-                f"stdout:\n{out[-3000:]}\nstderr:\n{err[-30000:]}"
-            )
+        out, err = finish(job, timeout, f"{' '.join(command[:6])} ...")
     if job.returncode != 0:
         pytest.fail(f"the job exited with {job.returncode}:\n{out[-3000:]}\n{err[-8000:]}")
     return out
-
-
-def _signal_all(pids: list[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
 
 
 def run_ranks(script: Path, out_dir: Path, *args: str, nproc: int = 2) -> list[dict]:

@@ -1,0 +1,54 @@
+"""Child processes a test starts: waiting for them without ever hanging blind.
+
+:func:`finish` waits for a child; one that does not exit in time is sent SIGABRT, with
+every process below it, so that faulthandler (``PYTHONFAULTHANDLER=1`` in the child's
+environment, see :func:`fault_env`) writes each one's Python stacks to its stderr, and is
+then killed. The test fails with those stacks instead of a bare timeout, and nothing of
+the child outlives the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from typing import AnyStr
+
+import pytest
+
+from stoker._proc import descendants
+
+__all__ = ["fault_env", "finish"]
+
+_DUMP_WAIT_S = 2.0  # time for faulthandler to write the stacks before the kill
+
+
+def fault_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with faulthandler on, so SIGABRT dumps stacks."""
+    return {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+
+
+def finish(proc: subprocess.Popen[AnyStr], timeout: float, what: str = "") -> tuple[AnyStr, AnyStr]:
+    """``proc.communicate(timeout=timeout)``, or a failure with every process's stacks."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = [proc.pid, *descendants(proc.pid)]
+        _signal_all(tree, signal.SIGABRT)
+        time.sleep(_DUMP_WAIT_S)
+        _signal_all([*tree, *descendants(proc.pid)], signal.SIGKILL)
+        out, err = proc.communicate()
+        text = [s.decode(errors="replace") if isinstance(s, bytes) else s for s in (out, err)]
+        pytest.fail(
+            f"{what or proc.args!r} did not finish in {timeout:.0f} s; its processes {tree} "
+            f"were sent SIGABRT for their stacks, then killed.\n"
+            f"stdout:\n{text[0][-3000:]}\nstderr:\n{text[1][-30000:]}"
+        )
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
