@@ -16,7 +16,7 @@ import pytest
 
 import stoker
 from harness import leaks
-from harness.children import fault_env, finish
+from harness.children import fault_env, finish, with_default_signals
 
 SRC = str(Path(stoker.__file__).resolve().parents[1])  # the stoker under test, for the children
 COMMANDS = ("demo", "pack", "doctor", "bench")
@@ -187,7 +187,9 @@ def test_ctrl_c_prints_one_line_exits_130_and_stops_the_workers(
 ) -> None:
     # a session of its own: Ctrl-C in a terminal signals the whole process group
     proc = subprocess.Popen(
-        stoker_cmd("bench", f"{datasets}:slow", "--workers", "2", "--batches", "100000"),
+        with_default_signals(  # Ctrl-C as from a shell
+            stoker_cmd("bench", f"{datasets}:slow", "--workers", "2", "--batches", "100000")
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -316,7 +318,7 @@ def _interrupt(
     env = _env()
     env["STOKER_TEST_STARTED"] = str(started)
     proc = subprocess.Popen(
-        stoker_cmd(*args),
+        with_default_signals(stoker_cmd(*args)),  # Ctrl-C as from a shell
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

@@ -16,7 +16,7 @@ import pytest
 import stoker
 from engine.engine_datasets import Samples
 from harness import leaks as engine_harness
-from harness.children import fault_env, finish
+from harness.children import fault_env, finish, with_default_signals
 from stoker import DataLoader
 from stoker.engine import slots
 
@@ -53,7 +53,7 @@ def start_script(tmp_path: Path, body: str) -> subprocess.Popen[bytes]:
     src = str(Path(stoker.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.Popen(
-        [sys.executable, str(script)],
+        with_default_signals([sys.executable, str(script)]),  # Ctrl-C as from a shell
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from typing import AnyStr
 
@@ -20,7 +21,7 @@ import pytest
 
 from stoker._proc import descendants
 
-__all__ = ["fault_env", "finish"]
+__all__ = ["fault_env", "finish", "with_default_signals"]
 
 _DUMP_WAIT_S = 2.0  # time for faulthandler to write the stacks before the kill
 
@@ -28,6 +29,21 @@ _DUMP_WAIT_S = 2.0  # time for faulthandler to write the stacks before the kill
 def fault_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) with faulthandler on, so SIGABRT dumps stacks."""
     return {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+
+
+# Execs the rest of argv with Ctrl-C as a user's shell gives it: SIGINT neither ignored nor
+# blocked, whatever this test process inherited or did to its own signal state.
+_DEFAULT_SIGNALS = (
+    "import os, signal, sys; "
+    "signal.pthread_sigmask(signal.SIG_SETMASK, []); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def with_default_signals(command: list[str]) -> list[str]:
+    """``command``, started with SIGINT at its default (tests that press Ctrl-C use it)."""
+    return [sys.executable, "-c", _DEFAULT_SIGNALS, *command]
 
 
 def finish(proc: subprocess.Popen[AnyStr], timeout: float, what: str = "") -> tuple[AnyStr, AnyStr]:
