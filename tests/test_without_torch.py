@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -10,25 +9,14 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
+from harness.hidden import env_hiding
 
-# A sitecustomize that makes `import torch` fail, as on a machine without torch.
-_HIDE_TORCH = """
-import sys
-class _NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r} (hidden by the no-torch test)")
-        return None
-sys.meta_path.insert(0, _NoTorch())
-"""
+TESTS = Path(__file__).parent
 
 
 def _env_without_torch(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "sitecustomize.py").write_text(_HIDE_TORCH)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
-    return env
+    """As on a machine without torch."""
+    return env_hiding(tmp_path, ["torch"], note=" (hidden by the no-torch test)")
 
 
 def test_import_stoker_does_not_import_torch() -> None:

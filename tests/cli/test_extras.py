@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,20 +10,10 @@ from pathlib import Path
 import pytest
 
 import stoker
+from harness.hidden import env_hiding
 
 SRC = str(Path(stoker.__file__).resolve().parents[1])
 HIDDEN = ("PIL", "simplejpeg", "tqdm", "matplotlib", "torch")
-
-# A sitecustomize that makes every optional package fail to import, as on a core-only install.
-_HIDE = f"""
-import sys
-class _Hide:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {HIDDEN!r}:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-        return None
-sys.meta_path.insert(0, _Hide())
-"""
 
 DATASET = textwrap.dedent(
     """
@@ -38,12 +27,8 @@ DATASET = textwrap.dedent(
 
 @pytest.fixture
 def core_only(tmp_path: Path) -> dict[str, str]:
-    hide = tmp_path / "hide"
-    hide.mkdir()
-    (hide / "sitecustomize.py").write_text(_HIDE)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hide), SRC, env.get("PYTHONPATH")]))
-    return env
+    """As on a core-only install: every optional package fails to import."""
+    return env_hiding(tmp_path / "hide", HIDDEN, path=[SRC])
 
 
 @pytest.fixture

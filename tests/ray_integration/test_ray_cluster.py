@@ -13,6 +13,7 @@ import pytest
 
 import stoker
 from harness import leaks
+from harness.hidden import env_hiding
 from ray_integration.ray_datasets import Noisy
 from stoker import _proc
 
@@ -83,21 +84,8 @@ def test_import_stoker_does_not_import_ray() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-_HIDE_RAY = """
-import sys
-class _NoRay:
-    def find_spec(self, name, path=None, target=None):
-        if name == "ray" or name.startswith("ray."):
-            raise ModuleNotFoundError(f"No module named {name!r} (hidden by the test)")
-        return None
-sys.meta_path.insert(0, _NoRay())
-"""
-
-
 def test_without_ray_the_error_names_the_extra(tmp_path) -> None:
-    (tmp_path / "sitecustomize.py").write_text(_HIDE_RAY)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    env = env_hiding(tmp_path, ["ray"], note=" (hidden by the test)")
     code = (
         "import numpy as np, stoker\n"
         "loader = stoker.DataLoader(stoker.ArrayDataset(np.arange(4)), num_workers=1,"
