@@ -55,7 +55,7 @@ from stoker.engine.messages import Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
 from stoker.profiling.memory import GrowthWatch
 
-__all__ = ["Death", "Pool", "PoolState", "WorkerDeath", "WorkerPool"]
+__all__ = ["Death", "Pool", "PoolState", "WorkerDeath", "WorkerPool", "begin_shutdown"]
 
 _JOIN_TIMEOUT_S = 2.0
 _TERMINATE_TIMEOUT_S = 1.0
@@ -227,6 +227,23 @@ class Pool(Protocol):
     def dump_stack(self, worker_id: int) -> str: ...
 
     def shutdown(self) -> None: ...
+
+
+def begin_shutdown(pool: Any) -> bool:
+    """The opening of every pool's ``shutdown``: True when this call is the one to stop it.
+
+    Idempotent: a pool already closing or closed is left alone. Only the process that made
+    the pool stops it: in a forked copy (a worker of another pool collecting garbage it
+    inherited) the pool, its workers and its segments belong to the trainer, so the copy is
+    only marked closed. Otherwise the pool moves to CLOSING.
+    """
+    if pool.state is not PoolState.RUNNING:
+        return False
+    if os.getpid() != pool._owner_pid:
+        pool.state = PoolState.CLOSED
+        return False
+    pool.state = PoolState.CLOSING
+    return True
 
 
 class WorkerPool:
@@ -646,14 +663,8 @@ class WorkerPool:
 
     def shutdown(self) -> None:
         """Stops every worker and frees every resource; see NOTE [ Shutdown ]."""
-        if self.state is not PoolState.RUNNING:
+        if not begin_shutdown(self):
             return
-        if os.getpid() != self._owner_pid:
-            # a forked copy (a worker of another pool collected garbage it inherited): the
-            # pool, its workers and its segments belong to the trainer; leave them alone
-            self.state = PoolState.CLOSED
-            return
-        self.state = PoolState.CLOSING
         self._close_selector()
         try:
             for worker in self._workers:

@@ -59,7 +59,7 @@ from stoker._tree import map_leaves
 from stoker._validate import check_number
 from stoker.engine import random_scopes, transport
 from stoker.engine.messages import Done, Failed, Ready, StartupFailed, Task, WorkerSpec
-from stoker.engine.pool import Ledger, PoolState
+from stoker.engine.pool import Ledger, PoolState, begin_shutdown
 from stoker.engine.slots import SlotPool
 from stoker.engine.worker import cap_threads, describe_failure, run_worker
 from stoker.profiling.memory import GrowthWatch
@@ -657,12 +657,8 @@ class RayPool:
     # -- stopping ----------------------------------------------------------------
     def shutdown(self) -> None:
         """Kills every actor and drops every reference this pool holds; idempotent."""
-        if self.state is not PoolState.RUNNING:
+        if not begin_shutdown(self):
             return
-        if os.getpid() != self._owner_pid:
-            self.state = PoolState.CLOSED
-            return
-        self.state = PoolState.CLOSING
         try:
             connected = self._ray.is_initialized()
             for actor in self._actors:
