@@ -3,9 +3,10 @@
 The main process owns the sampler. It keeps up to ``prefetch_factor`` tasks in flight
 per worker (map-style datasets: one of the epoch's first tasks to each worker, then to the
 least-loaded worker; iterable datasets: in strict rotation, as torch does, so the stream
-order is torch's; with ``in_order=False`` a busy worker's turn passes to the next), and
-delivers batches in task order (``in_order=True``) or as they arrive (``in_order=False``;
-still bounded by the tasks in flight and by ``memory_budget``). Every batch-sized array
+order is torch's; with ``in_order=False`` a busy worker's turn passes to the next; a thread
+pool's first task goes out alone, see :mod:`stoker.engine.head_start`), and delivers
+batches in task order (``in_order=True``) or as they arrive (``in_order=False``; still
+bounded by the tasks in flight and by ``memory_budget``). Every batch-sized array
 travels through a shared-memory slot (:mod:`stoker.engine.slots`) once the first batches
 have shown how big a batch is; until then through one-off segments, and small batches
 travel inline.
@@ -36,6 +37,7 @@ from stoker._tree import map_leaves
 from stoker.engine import segments, slots, transport
 from stoker.engine.autotune import AutoTuner
 from stoker.engine.fetch import summary
+from stoker.engine.head_start import HeadStart
 from stoker.engine.messages import (
     Done,
     Exhausted,
@@ -137,6 +139,10 @@ class MultiWorkerIterator:
         self._stream_states: dict[int, tuple[int, Any]] = {}  # task id -> (worker, state after)
         self._sources_done = False
         self._finalizer: weakref.finalize | None = None
+        # a thread pool's first task goes out alone (stoker.engine.head_start): due until
+        # it is sent, then the HeadStart that says when the others follow
+        self._head_start_due = False
+        self._head_start: HeadStart | None = None
         if self._trial is not None:
             self._trial.restart_window()
         self._use_pool(pool)
@@ -154,6 +160,7 @@ class MultiWorkerIterator:
         # barrier relies on it), even when a worker answers before the others start
         self._unserved = set(range(pool.num_workers))
         self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
+        self._head_start_due = pool.mode == "thread" and pool.num_workers > 1
         if self._owns_pool:
             self._finalizer = weakref.finalize(self, pool.shutdown)
         for worker_id in range(pool.num_workers):
@@ -224,6 +231,11 @@ class MultiWorkerIterator:
                 self.close()
                 raise StopIteration
             wait = _POLL_S
+            if self._head_start is not None:
+                if self._head_start.over():
+                    self._end_head_start()
+                    continue
+                wait = self._head_start.wait_s()
             if self._pool.ramp and self._pool.deferred:
                 self._start_deferred(1)  # forked workers start while the trainer would wait
                 wait = 0.0
@@ -242,6 +254,7 @@ class MultiWorkerIterator:
             for worker_id, message, leased in messages:
                 self._receive(worker_id, message, leased)
             for death in deaths:
+                self._end_head_start()
                 self._handle_death(death)
             self._dispatch()  # results lowered the load; dropped batches freed slots
 
@@ -341,17 +354,7 @@ class MultiWorkerIterator:
                     self._batch_index += 1
                     self._position += len(indices) if self._auto_collation else 1
                     continue
-            slot = None
-            if pool.slots is not None:
-                recent = self._recent_slots[worker_id]
-                slot = pool.slots.acquire(tuple(reversed(recent)))
-                if pool.slots.creation_error is not None:
-                    self._warn_slot_creation(pool.slots.creation_error)
-                if slot is not None:
-                    if slot.index in recent:
-                        recent.remove(slot.index)
-                    recent.append(slot.index)
-                    del recent[: -self._per_worker - 1]
+            slot = self._acquire_slot(worker_id)
             task_id = ledger.next_task
             ledger.next_task += 1
             ledger.pending[task_id] = Pending(
@@ -366,9 +369,34 @@ class MultiWorkerIterator:
                 batch_index=self._batch_index, position=self._position,
             )  # fmt: skip
             pool.send(worker_id, task)
+            if self._head_start_due:
+                self._head_start_due = False
+                self._head_start = HeadStart(lambda w=worker_id: pool.cpu_s(w))
             self._batch_index += 1
             if indices is not None:
                 self._position += len(indices) if self._auto_collation else 1
+
+    def _acquire_slot(self, worker_id: int) -> Any:
+        """A free slot for ``worker_id``'s next batch, one it wrote recently if it can; or None."""
+        pool_slots = self._pool.slots
+        if pool_slots is None:
+            return None
+        recent = self._recent_slots[worker_id]
+        slot = pool_slots.acquire(tuple(reversed(recent)))
+        if pool_slots.creation_error is not None:
+            self._warn_slot_creation(pool_slots.creation_error)
+        if slot is not None:
+            if slot.index in recent:
+                recent.remove(slot.index)
+            recent.append(slot.index)
+            del recent[: -self._per_worker - 1]
+        return slot
+
+    def _end_head_start(self) -> None:
+        """The other workers get their tasks from now on (a first answer, or the head start
+        ended: see stoker.engine.head_start)."""
+        self._head_start_due = False
+        self._head_start = None
 
     def _dispatch_budget(self) -> int:
         """How many batches may be loaded ahead (in flight or waiting in the reorder buffer).
@@ -378,6 +406,8 @@ class MultiWorkerIterator:
         a budget the user gave lets one batch out, to learn the size; the default budget (a
         quarter of memory) lets the first wave out whole.
         """
+        if self._head_start_due or self._head_start is not None:
+            return 1  # the first task goes out alone (stoker.engine.head_start)
         full = self._per_worker * self._pool.num_workers
         batch_bytes = self._pool.batch_bytes
         if batch_bytes:
@@ -448,6 +478,7 @@ class MultiWorkerIterator:
         if message.task_id < self._first_task:
             return  # an answer to an epoch this iterator replaced: its slot is back, nothing else
         self._in_flight -= 1
+        self._end_head_start()
         if isinstance(message, Done):
             if message.slot_error:
                 self._warn_slot_map(message, pending)

@@ -139,11 +139,18 @@ class _ProcessWorker:
 
 
 class _ThreadWorker:
-    __slots__ = ("tasks", "thread")
+    __slots__ = ("cpu_clock", "tasks", "thread")
 
     def __init__(self, thread: threading.Thread, tasks: queue.SimpleQueue[Any]) -> None:
         self.thread = thread
         self.tasks = tasks
+        # the thread's CPU-time clock, taken while it runs (on an ended thread the clock
+        # reads as an error, where asking for it again would not be safe); None where the
+        # platform has no such clock
+        self.cpu_clock: int | None = None
+        if hasattr(time, "pthread_getcpuclockid") and thread.ident is not None:
+            with contextlib.suppress(OSError):
+                self.cpu_clock = time.pthread_getcpuclockid(thread.ident)
 
 
 @dataclass(slots=True)
@@ -223,6 +230,8 @@ class Pool(Protocol):
     ) -> tuple[list[tuple[int, Any, set[int]]], Sequence[WorkerDeath]]: ...
 
     def pid(self, worker_id: int) -> int | None: ...
+
+    def cpu_s(self, worker_id: int) -> float | None: ...
 
     def dump_stack(self, worker_id: int) -> str: ...
 
@@ -628,6 +637,16 @@ class WorkerPool:
     def pid(self, worker_id: int) -> int | None:
         worker = self._workers[worker_id]
         return worker.process.pid if isinstance(worker, _ProcessWorker) else None
+
+    def cpu_s(self, worker_id: int) -> float | None:
+        """The CPU seconds a thread worker has used; None for processes or where unreadable."""
+        worker = self._workers[worker_id]
+        if not isinstance(worker, _ThreadWorker) or worker.cpu_clock is None:
+            return None
+        try:
+            return time.clock_gettime(worker.cpu_clock)
+        except OSError:  # the thread has ended
+            return None
 
     def dump_stack(self, worker_id: int) -> str:
         """The Python stack of a (stuck) worker, as text."""

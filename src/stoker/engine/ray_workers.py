@@ -639,6 +639,10 @@ class RayPool:
         actor = self._actors[worker_id]
         return actor.pid if actor is not None else None
 
+    def cpu_s(self, worker_id: int) -> None:
+        """Not read for actors (only thread workers' first batch uses it)."""
+        return None
+
     def dump_stack(self, worker_id: int) -> str:
         """A stuck actor's Python stack, asked of the actor (its loop runs in a thread)."""
         actor = self._actors[worker_id]
