@@ -523,7 +523,7 @@ class MultiWorkerIterator:
         pool_slots = self._pool.slots
         if pending.slot is not None and message.overflow and pool_slots is not None:
             pool_slots.want(pending.slot.index, message.nbytes + message.overflow)
-        elif pending.slot is None and self._pool.mode == "process":
+        elif pending.slot is None and self._pool.mode in ("process", "thread"):
             self._maybe_create_slots(batch)
         batch = _copy_tree(batch) if (self._copy and leased) else batch
         return _Accounted(batch, attempted, message.skipped, False) if accounting else batch
@@ -637,18 +637,28 @@ class MultiWorkerIterator:
         warnings.warn(msg, UserWarning, stacklevel=4)
 
     def _maybe_create_slots(self, batch: Any) -> None:
-        """After the first batches: sizes the slot pool from a real batch, within the budget."""
+        """After the first batches: sizes the slot pool from a real batch, within the budget.
+
+        Process workers get shared-memory slots; thread workers slots of the trainer's own
+        memory, for large batches only (see ``slots.SlotPool``'s ``in_process``).
+        """
         pool, ledger = self._pool, self._ledger
-        if pool.slots is not None or ledger.shm_disabled or not segments.shm_available():
+        in_process = pool.mode == "thread"
+        if pool.slots is not None or ledger.shm_disabled:
+            return
+        if not in_process and not segments.shm_available():
             return
         nbytes, arrays = transport.array_bytes(batch)
         if pool.batch_bytes is None:
             pool.batch_bytes = nbytes
-        if nbytes < transport.SHM_MIN_BATCH_BYTES:
+        smallest = slots.IN_PROCESS_MIN_BATCH_BYTES if in_process else transport.SHM_MIN_BATCH_BYTES
+        if nbytes < smallest:
             return
         plan = slots.plan_slots(
             nbytes, arrays, self._per_worker * pool.num_workers, self._memory_budget
         )
+        if plan.count < plan.wanted and in_process:
+            return  # thread workers allocate every batch, as without slots
         if plan.count < plan.wanted:
             warnings.warn(
                 f"memory_budget={self._memory_budget / 2**20:.1f} MiB holds {plan.count} batch "
@@ -662,7 +672,11 @@ class MultiWorkerIterator:
             )
         try:
             pool.slots = slots.SlotPool(
-                plan.count, plan.size, prefix=pool.prefix, budget=self._memory_budget
+                plan.count,
+                plan.size,
+                prefix=pool.prefix,
+                budget=self._memory_budget,
+                in_process=in_process,
             )
         except ShmError as exc:
             ledger.shm_disabled = True
@@ -708,6 +722,10 @@ class MultiWorkerIterator:
                 for task_id in held:
                     pending = ledger.pending[task_id]
                     pending.restarts += 1
+                    if self._pool.mode == "thread":
+                        # the dead thread's lease on the slot ends whenever its frames are
+                        # collected: the batch is loaded again outside the slots
+                        pending.slot = None
                     task = Task(
                         task_id=task_id,
                         epoch=self._epoch,

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from stoker.engine import random_scopes, segments, slots, termination, transport
-from stoker.engine.messages import Undelivered, WorkerSpec, add_note
+from stoker.engine.messages import Task, Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
 from stoker.profiling.memory import GrowthWatch
 
@@ -291,6 +291,10 @@ class WorkerPool:
         self.warned_unsharded = False
         self._workers: list[Any] = [None] * num_workers
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()  # thread mode
+        # thread mode: the lease on each task's slot, taken as the task is sent and handed
+        # to the worker that collates into it (the slot is free again once the lease and
+        # every view of it are gone)
+        self._leases: dict[int, object] = {}
         self._stack_files: list[str | None] = [None] * num_workers
         self.transport_s = 0.0  # time spent decoding workers' messages (loader.stats())
         self._payload: bytes | None = None
@@ -356,7 +360,7 @@ class WorkerPool:
 
         thread = threading.Thread(
             target=run_worker,
-            args=(worker_id, self.spec, tasks.get, send, None, False),
+            args=(worker_id, self.spec, tasks.get, send, self._attach_leased, False),
             name=f"stoker-worker-{worker_id}",
             daemon=True,
         )
@@ -550,6 +554,8 @@ class WorkerPool:
         if worker is None:  # not started yet (staggered start)
             return False
         if isinstance(worker, _ThreadWorker):
+            if isinstance(message, Task) and message.slot is not None and self.slots is not None:
+                self._leases[message.slot.index] = self.slots.lease(message.slot.index)
             worker.tasks.put(message)
             return True
         try:
@@ -614,18 +620,30 @@ class WorkerPool:
                 self.transport_s += time.perf_counter() - began
             yield worker_id, message, leased
 
+    def _attach_leased(self, ref: slots.SlotRef) -> slots.SlotAllocator:
+        """A thread worker's allocator over the slot its task names (leased when it was sent)."""
+        return slots.SlotAllocator(ref, self._leases.pop(ref.index))
+
     def _poll_threads(self, timeout: float) -> list[tuple[int, Any, set[int]]]:
         try:
-            worker_id, message = self._results.get(timeout=timeout)
+            first = self._results.get(timeout=timeout)
         except queue.Empty:
             return []
-        items = [(worker_id, message, set())]
+        items = [first]
         while True:
             try:
-                worker_id, message = self._results.get_nowait()
+                items.append(self._results.get_nowait())
             except queue.Empty:
-                return items
-            items.append((worker_id, message, set()))
+                break
+        return [(worker_id, message, self._leased_by(message)) for worker_id, message in items]
+
+    def _leased_by(self, message: Any) -> set[int]:
+        """The slot a thread worker's answer came in: leased when its task was sent, so the
+        lease (not the trainer) frees it, once the batch's last view is gone."""
+        pending = self.ledger.pending.get(getattr(message, "task_id", -1))
+        if pending is None or pending.slot is None or pending.slot.kind is not slots.SlotKind.POOL:
+            return set()
+        return {pending.slot.index}
 
     def _dead_threads(self) -> list[Death]:
         return [
@@ -716,6 +734,7 @@ class WorkerPool:
                 # not process.close(): code that kept the Process (torch's `iterator._workers`)
                 # still reads its pid and exit code; its last fd closes when it is collected
         finally:
+            self._leases.clear()
             if self.slots is not None:
                 self.slots.close()
             segments.sweep(self.prefix)

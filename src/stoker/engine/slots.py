@@ -1,4 +1,10 @@
-"""Batch slots: reusable shared memory that carries batches from process workers.
+"""Batch slots: reusable memory that batches are collated into.
+
+Process workers write into shared memory, which carries the batch to the trainer. Thread
+workers of large batches write into slots of the trainer's own memory
+(``SlotPool(in_process=True)``): nothing to carry, but a fresh allocation per batch would
+cost more than the copy. The pool's thread mode leases a slot as it sends the task and the
+worker collates into the lease; everything below holds for both, apart from segments.
 
 Ownership (who creates, who reads, who frees):
 
@@ -25,6 +31,7 @@ pool slot, a one-off segment or a shared segment (a dataset sent to spawned work
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import mmap
@@ -40,6 +47,7 @@ from stoker._errors import ShmError
 from stoker.engine import segments
 
 __all__ = [
+    "IN_PROCESS_MIN_BATCH_BYTES",
     "NOT_POOLED",
     "OneoffWriter",
     "SlotAllocator",
@@ -53,6 +61,9 @@ __all__ = [
 
 _ALIGN = 64  # bytes; every array in a slot starts on a cache line
 _HEADROOM = 1.25  # a slot holds this much more than the batch it was sized for
+# thread workers reuse slots only for batches this large: smaller ones come from the
+# allocator's free lists, faulted in already
+IN_PROCESS_MIN_BATCH_BYTES = 1 << 20
 
 
 class SlotKind(enum.Enum):
@@ -127,13 +138,14 @@ class OneoffWriter:
 
 
 class _Slot:
-    __slots__ = ("buffer_type", "index", "leased", "mm", "name", "size", "wanted")
+    __slots__ = ("buffer_type", "in_process", "index", "leased", "mm", "name", "size", "wanted")
 
-    def __init__(self, index: int, name: str, size: int) -> None:
+    def __init__(self, index: int, name: str, size: int, in_process: bool = False) -> None:
         self.index = index
         self.name = name
         self.size = size
-        self.mm = segments.create(name, size)
+        self.in_process = in_process
+        self.mm = _private_memory(size) if in_process else segments.create(name, size)
         self.buffer_type = type("SlotBuffer", (ctypes.c_ubyte * size,), {})
         self.leased = False
         self.wanted = size  # grown when a batch did not fit
@@ -143,7 +155,8 @@ class _Slot:
 
     def close(self) -> bool:
         """Unmaps (when no view is alive) and unlinks. Returns True when unmapped."""
-        segments.unlink(self.name)
+        if not self.in_process:
+            segments.unlink(self.name)
         try:
             self.mm.close()
         except BufferError:  # a consumer still holds a view: the mapping dies with it
@@ -161,6 +174,10 @@ class SlotPool:
     Args:
         count: most slots (the loader passes ``prefetch_factor * num_workers + 2``).
         size: bytes per slot.
+        in_process: slots of the trainer's own memory, for thread workers: no segment in
+            ``/dev/shm``, and transparent huge pages where the system offers them. Reusing
+            them spares each batch a fresh allocation, which the kernel zeroes and faults in
+            page by page (for a 24 MiB batch, more than the copy into it costs).
 
     Example:
         >>> pool = SlotPool(count=2, size=1 << 16)  # doctest: +SKIP
@@ -169,13 +186,19 @@ class SlotPool:
     """
 
     def __init__(
-        self, count: int, size: int, prefix: str | None = None, budget: int | None = None
+        self,
+        count: int,
+        size: int,
+        prefix: str | None = None,
+        budget: int | None = None,
+        *,
+        in_process: bool = False,
     ) -> None:
         if count < 1 or size < 1:
             raise AssertionError(f"SlotPool needs count >= 1 and size >= 1, got {count}, {size}")
         size = _round_up(size, mmap.PAGESIZE)
         need = count * size
-        free = segments.free_bytes()
+        free = segments.free_bytes() if not in_process else need
         if need > free:
             msg = (
                 f"the batch slot pool needs {need / 2**20:.1f} MiB of shared memory ({count} "
@@ -184,7 +207,9 @@ class SlotPool:
                 "batch_size, prefetch_factor or num_workers."
             )
             raise ShmError(msg)
-        segments.remove_orphaned_segments()
+        if not in_process:
+            segments.remove_orphaned_segments()
+        self._in_process = in_process
         self._token = prefix or segments.new_prefix()
         self._serial = 0
         self._capacity = count
@@ -197,7 +222,7 @@ class SlotPool:
 
     def _new_slot(self, index: int, size: int) -> _Slot:
         self._serial += 1
-        return _Slot(index, f"{self._token}-{self._serial}", size)
+        return _Slot(index, f"{self._token}-{self._serial}", size, self._in_process)
 
     @property
     def names(self) -> list[str]:
@@ -379,6 +404,15 @@ class SlotAllocator:
         self._offsets.clear()
         self.used = 0
         self.overflow = 0
+
+
+def _private_memory(size: int) -> mmap.mmap:
+    """``size`` bytes of this process's memory, in huge pages where the system allows it."""
+    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):
+            memory.madvise(mmap.MADV_HUGEPAGE)
+    return memory
 
 
 def _round_up(n: int, multiple: int) -> int:

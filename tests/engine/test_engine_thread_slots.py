@@ -1,0 +1,153 @@
+"""Thread workers collate large batches into reused slots of the trainer's own memory.
+
+A fresh 24 MiB allocation per batch costs more than the copy into it (the kernel zeroes
+and faults in every page), so thread workers reuse a few slots as process workers do,
+under the same rule: a slot goes back to the pool only once no array of its batch is
+alive, so a batch the user keeps is never overwritten."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+import stoker
+
+SHAPE = (3, 128, 128)  # 192 KiB per sample: a batch of 8 is 1.5 MiB, above the slot threshold
+N, BATCH = 96, 8
+
+
+class Images:
+    """Thread-safe; sample ``i`` is a float32 array filled with ``i``, and ``i``."""
+
+    thread_safe = True
+
+    def __init__(self, shape: tuple[int, ...] = SHAPE, bad: frozenset[int] = frozenset()) -> None:
+        self.shape = shape
+        self.bad = bad
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+        if i in self.bad:
+            raise ValueError(f"sample {i} is damaged")
+        return np.full(self.shape, i, np.float32), i
+
+
+@pytest.fixture
+def thread_loader() -> Iterator[Callable[..., stoker.DataLoader]]:
+    """Makes persistent thread-worker loaders, and closes them whatever the test's outcome."""
+    made: list[stoker.DataLoader] = []
+
+    def make(dataset: Images, **kwargs: object) -> stoker.DataLoader:
+        kwargs = {"shuffle": True, "generator": 7, "persistent_workers": True, **kwargs}
+        loader = stoker.DataLoader(
+            dataset, batch_size=BATCH, num_workers=2, worker_mode="thread", **kwargs
+        )
+        made.append(loader)
+        return loader
+
+    yield make
+    for loader in made:
+        loader.close()
+
+
+def check(batch: tuple[np.ndarray, np.ndarray]) -> list[int]:
+    """The batch's indices, after checking every array holds its own index throughout."""
+    arrays, indices = batch
+    column = indices.reshape((-1,) + (1,) * (arrays.ndim - 1)).astype(np.float32)
+    expected = np.broadcast_to(column, arrays.shape)
+    np.testing.assert_array_equal(arrays, expected)
+    return indices.tolist()
+
+
+def slot_ranges(loader: stoker.DataLoader) -> list[tuple[int, int]]:
+    """The address ranges of the pool's slots."""
+    ranges = []
+    for slot in loader._pool.slots._slots:
+        view = np.frombuffer(slot.mm, np.uint8)
+        start = view.__array_interface__["data"][0]
+        ranges.append((start, start + view.nbytes))
+        del view
+    return ranges
+
+
+def address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def test_large_batches_reuse_a_few_slots_of_the_trainers_memory(
+    thread_loader: Callable[..., stoker.DataLoader],
+) -> None:
+    shm_before = set(os.listdir("/dev/shm"))
+    loader = thread_loader(Images())
+    for epoch in range(2):
+        seen, addresses = [], set()
+        for batch in loader:
+            seen += check(batch)
+            addresses.add(address(batch[0]))
+            del batch
+        assert sorted(seen) == list(range(N)), epoch
+    slots = loader._pool.slots
+    assert slots is not None and slots._in_process
+    ranges = slot_ranges(loader)
+    assert len(ranges) <= slots.capacity == 2 * 2 + 2
+    # the second epoch's batches all lie in those few slots
+    assert all(any(lo <= a < hi for lo, hi in ranges) for a in addresses), (addresses, ranges)
+    assert set(os.listdir("/dev/shm")) - shm_before == set()  # nothing in /dev/shm
+
+
+def test_batches_the_user_keeps_are_never_overwritten(
+    thread_loader: Callable[..., stoker.DataLoader],
+) -> None:
+    loader = thread_loader(Images())
+    reference = stoker.DataLoader(Images(), batch_size=BATCH, shuffle=True, generator=7)
+    for _ in range(2):
+        kept = list(loader)  # every batch of the epoch held at once
+        assert sorted(i for batch in kept for i in check(batch)) == list(range(N))
+        starts = [address(batch[0]) for batch in kept]
+        assert len(set(starts)) == len(starts)  # no two kept batches share memory
+        assert [b[1].tolist() for b in kept] == [b[1].tolist() for b in reference]
+
+
+def test_failed_and_skipped_batches_give_their_slots_back(
+    thread_loader: Callable[..., stoker.DataLoader],
+) -> None:
+    bad = frozenset(range(0, N, 5))
+    loader = thread_loader(Images(bad=bad), on_error="skip", max_errors=3 * len(bad))
+    for _ in range(3):
+        seen = [i for batch in loader for i in check(batch)]
+        assert sorted(seen) == sorted(set(range(N)) - bad)
+    assert len(slot_ranges(loader)) <= loader._pool.slots.capacity
+    dataset = Images(bad=frozenset({40}))
+    loader = thread_loader(dataset)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="sample 40 is damaged"):
+            for batch in loader:
+                check(batch)
+    dataset.bad = frozenset()  # mended: the same workers and slots load every sample
+    assert sorted(i for batch in loader for i in check(batch)) == list(range(N))
+    assert len(slot_ranges(loader)) <= loader._pool.slots.capacity
+
+
+def test_copy_batches_hands_out_copies_outside_the_slots(
+    thread_loader: Callable[..., stoker.DataLoader],
+) -> None:
+    loader = thread_loader(Images(), copy_batches=True)
+    batches = list(loader)
+    ranges = slot_ranges(loader)
+    assert ranges  # the workers did use slots
+    for batch in batches:
+        check(batch)
+        assert not any(lo <= address(batch[0]) < hi for lo, hi in ranges)
+
+
+def test_small_batches_are_allocated_as_usual(
+    thread_loader: Callable[..., stoker.DataLoader],
+) -> None:
+    loader = thread_loader(Images(shape=(4,)))
+    assert sorted(i for batch in loader for i in check(batch)) == list(range(N))
+    assert loader._pool.slots is None
