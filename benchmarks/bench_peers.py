@@ -52,7 +52,11 @@ fresh loader (construction + worker start + first batch), median over the rounds
 rotated order. For the large arrays the machine's copy bandwidth is measured (``np.copyto``
 of 24 MiB, and the batch's own ``np.stack`` into a reused buffer; one thread, and one per
 CPU at once) and each loader is shown as a share of the copy-bound limit, the best of those
-rates: a batch needs at least one copy of its bytes (the collation).
+rates: a batch needs at least one copy of its bytes (the collation). A reused 24 MiB buffer
+stays in the CPU's last-level cache, which a loader's batches do not: it keeps several in
+flight. So the ``np.stack`` is also timed into buffers taken in turn, as many as 2 workers
+with 2 batches each in flight and 2 held by the loop use (6 x 24 MiB), and each loader is
+shown as a share of that memory-bound limit too.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ import atexit
 import concurrent.futures
 import datetime
 import gc
+import itertools
 import json
 import multiprocessing
 import os
@@ -84,6 +89,7 @@ import bench_workloads  # found through the sys.path entry just above
 from bench_engine import wait_for_idle
 
 WORKERS = 2
+IN_FLIGHT = WORKERS * 2 + 2  # batches a loader's 2 workers load ahead (2 each) and the loop holds
 # Ratios are to stoker's default configuration: worker_mode="auto" where stoker offers it.
 REFERENCES = ("stoker-auto", "stoker-process")
 # grain-dataloader runs only when asked for: on tiny samples it is ~25x slower than Grain's
@@ -577,7 +583,9 @@ class CopyBandwidth:
 
     ``copyto``: ``np.copyto`` between two 24 MiB buffers. ``stack``: the large workload's
     collation alone, ``np.stack`` of its 32 arrays (from the dataset's pool of 4, so the
-    sources stay in cache) into a buffer that is reused, as a batch slot is.
+    sources stay in cache) into a buffer that is reused, as a batch slot is. ``turns``: the
+    same ``np.stack`` into ``IN_FLIGHT`` buffers in all, taken in turn (a loader's slots),
+    which do not fit in the caches.
     """
 
     nbytes: int
@@ -586,10 +594,18 @@ class CopyBandwidth:
     copyto_all: float
     stack_one: float
     stack_all: float
+    turns_one: float
+    turns_all: float
 
     @property
     def best(self) -> float:
+        """The in-cache limit: the best of the copies into one reused buffer."""
         return max(self.copyto_one, self.copyto_all, self.stack_one, self.stack_all)
+
+    @property
+    def memory_bound(self) -> float:
+        """The limit with a loader's batches in flight: collations into buffers in turn."""
+        return max(self.turns_one, self.turns_all)
 
 
 def _copy_rate(copies: list[Callable[[], None]], nbytes: int, repeats: int) -> float:
@@ -641,6 +657,11 @@ def measure_copy_bandwidth(dataset: IndexedLargeArrays, batch: int, repeats: int
         out = np.empty((batch, *samples[0].shape), samples[0].dtype)
         return lambda: np.stack(samples, out=out)
 
+    def turns(buffers: int) -> Callable[[], None]:
+        outs = [np.zeros((batch, *samples[0].shape), samples[0].dtype) for _ in range(buffers)]
+        turn = itertools.count()
+        return lambda: np.stack(samples, out=outs[next(turn) % buffers])
+
     return CopyBandwidth(
         nbytes,
         cpus,
@@ -648,6 +669,8 @@ def measure_copy_bandwidth(dataset: IndexedLargeArrays, batch: int, repeats: int
         _copy_rate([copyto() for _ in range(cpus)], nbytes, repeats),
         _copy_rate([stack()], nbytes, repeats),
         _copy_rate([stack() for _ in range(cpus)], nbytes, repeats),
+        _copy_rate([turns(IN_FLIGHT)], nbytes, repeats),
+        _copy_rate([turns(max(1, IN_FLIGHT // cpus)) for _ in range(cpus)], nbytes, repeats),
     )
 
 
@@ -895,6 +918,7 @@ def render(
     bandwidth = large.bandwidth if large is not None else None
     if large is not None and bandwidth is not None:
         limit = bandwidth.best / large.batch_bytes
+        memory_limit = bandwidth.memory_bound / large.batch_bytes
         lines += [
             "",
             f"Copy bandwidth, median GB/s, one thread / {bandwidth.threads} threads at once: "
@@ -903,15 +927,31 @@ def render(
             f"arrays into a reused buffer) {bandwidth.stack_one / 1e9:.1f} / "
             f"{bandwidth.stack_all / 1e9:.1f}. A large batch is "
             f"{large.batch_bytes / 2**20:.0f} MiB and needs at least that one copy, so the "
-            f"machine allows at most {limit:.0f} batches/s (the best of the four).",
+            f"machine allows at most {limit:.0f} batches/s (the best of the four). Into "
+            f"{IN_FLIGHT} buffers taken in turn (as many batches as a loader keeps in flight, "
+            f"more than the caches hold), the collation runs at {bandwidth.turns_one / 1e9:.1f}"
+            f" / {bandwidth.turns_all / 1e9:.1f} GB/s: at most {memory_limit:.0f} batches/s.",
             "",
         ]
         rows = [
-            [n, f"{large.median(n):.1f}", f"{large.median(n) / limit:.0%}"]
+            [
+                n,
+                f"{large.median(n):.1f}",
+                f"{large.median(n) / limit:.0%}",
+                f"{large.median(n) / memory_limit:.0%}",
+            ]
             for n in shown
             if n in large.rates
         ]
-        lines += _table(["loader", "batches/s", "share of the copy-bound limit"], rows)
+        lines += _table(
+            [
+                "loader",
+                "batches/s",
+                "share of the copy-bound limit",
+                "share of the memory-bound limit",
+            ],
+            rows,
+        )
     checked = sorted({n for r in results.values() for n in r.checked_epochs})
     lines += [
         "",
