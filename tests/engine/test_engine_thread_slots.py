@@ -7,6 +7,7 @@ alive, so a batch the user keeps is never overwritten."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 
 import stoker
+import stoker.loader
+from stoker.engine.mode_trial import ModeTrial
 
 SHAPE = (3, 128, 128)  # 192 KiB per sample: a batch of 8 is 1.5 MiB, above the slot threshold
 N, BATCH = 96, 8
@@ -151,3 +154,48 @@ def test_small_batches_are_allocated_as_usual(
     loader = thread_loader(Images(shape=(4,)))
     assert sorted(i for batch in loader for i in check(batch)) == list(range(N))
     assert loader._pool.slots is None
+
+
+@pytest.mark.parametrize(("margin", "kept"), [(float("inf"), "process"), (0.0, "thread")])
+def test_switching_kinds_mid_epoch_keeps_every_held_batch(
+    monkeypatch: pytest.MonkeyPatch, margin: float, kept: str
+) -> None:
+    # worker_mode="auto" over large batches: thread slots, then shared-memory slots (and back
+    # when threads win), while the loop holds every batch of both epochs
+    trial = functools.partial(ModeTrial, warmup=1, min_batches=3, min_s=0.0, margin=margin)
+    monkeypatch.setattr(stoker.loader, "ModeTrial", trial)
+    reference = stoker.DataLoader(Images(), batch_size=BATCH, shuffle=True, generator=7)
+    loader = stoker.DataLoader(
+        Images(), batch_size=BATCH, shuffle=True, generator=7, num_workers=2, worker_mode="auto"
+    )
+    held = [list(loader) for _ in range(2)]
+    assert f"batches/s: {'processes' if kept == 'process' else 'threads'}" in "\n".join(
+        loader.stats().autotune
+    )
+    for epoch, expected in zip(held, [list(reference) for _ in range(2)], strict=True):
+        assert [check(b) for b in epoch] == [b[1].tolist() for b in expected]
+    starts = [address(b[0]) for epoch in held for b in epoch]
+    assert len(set(starts)) == len(starts)  # no two held batches share memory
+
+
+def test_torch_tensors_over_thread_slots_keep_their_batch() -> None:
+    torch = pytest.importorskip("torch", reason="stoker.torch needs torch, which CI installs")
+    import stoker.torch
+
+    loader = stoker.torch.DataLoader(
+        Images(), batch_size=BATCH, shuffle=True, generator=7, num_workers=2,
+        worker_mode="thread", persistent_workers=True,
+    )  # fmt: skip
+    try:
+        for _ in range(2):
+            kept = list(loader)
+            for arrays, indices in kept:
+                assert isinstance(arrays, torch.Tensor)
+                check((arrays.numpy(), indices.numpy()))
+            assert sorted(int(i) for _, indices in kept for i in indices) == list(range(N))
+            ranges = slot_ranges(loader)
+            in_slots = [any(lo <= a.data_ptr() < hi for lo, hi in ranges) for a, _ in kept]
+            assert any(in_slots)  # tensors built over the slots, which the held ones keep busy
+            del kept, arrays, indices  # the slots are free for the next epoch
+    finally:
+        loader.close()
