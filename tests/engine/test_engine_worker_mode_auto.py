@@ -123,14 +123,21 @@ def test_work_that_holds_the_gil_gets_processes(monkeypatch) -> None:
     # 2 ms of pure Python per sample: two threads take turns, two processes run at once.
     # The real measurement decides, over half-second windows (a busy machine's noise
     # averages out over them; the default windows are shorter).
+    # A burst of other work during one window can still tip one measurement, so the choice
+    # is made by up to three fresh loaders: processes must win two.
     monkeypatch.setattr(stoker.loader, "ModeTrial", functools.partial(ModeTrial, min_s=0.5))
-    loader = stoker.DataLoader(
-        ThreadSafeDraws(1200, spin_s=0.002), batch_size=BATCH, num_workers=2, worker_mode="auto"
-    )
-    for _ in range(2):
-        assert sum(len(b[0]) for b in loader) == 1200
-    history = loader.stats().autotune
-    assert len(history) == 1 and history[0].endswith("batches/s: processes"), history
+    choices: list[str] = []
+    while choices.count("processes") < 2 and choices.count("threads") < 2:
+        loader = stoker.DataLoader(
+            ThreadSafeDraws(1200, spin_s=0.002), batch_size=BATCH, num_workers=2,
+            worker_mode="auto",
+        )  # fmt: skip
+        for _ in range(2):
+            assert sum(len(b[0]) for b in loader) == 1200
+        history = loader.stats().autotune
+        assert len(history) == 1, history
+        choices.append(history[0].rsplit(" ", 1)[-1])
+    assert choices.count("processes") == 2, choices
 
 
 @pytest.mark.parametrize(

@@ -112,15 +112,17 @@ def test_a_lost_node_is_named_and_its_actors_replaced_elsewhere(cluster) -> None
 
 
 def test_a_stuck_actor_times_out_with_its_stack(cluster) -> None:
+    # the timeout covers each next(), the first one's actor start included: 5 s leaves a
+    # busy machine time to start two actors
     loader = stoker.DataLoader(
-        StallsAt(16, slow=6), batch_size=4, num_workers=2, worker_mode="ray", timeout=2
+        StallsAt(16, slow=6), batch_size=4, num_workers=2, worker_mode="ray", timeout=5
     )
     it = iter(loader)
     assert np.asarray(next(it)["index"]).tolist() == [0, 1, 2, 3]
     with pytest.raises(stoker.WorkerError) as caught:
         next(it)
     text = str(caught.value)
-    assert "timed out after 2 seconds waiting for the batch at indices [4, 5, 6, 7]" in text
+    assert "timed out after 5 seconds waiting for the batch at indices [4, 5, 6, 7]" in text
     assert "from worker 1 (pid " in text
     # the stack of the actor's loop thread, asked of the actor while the sample sleeps
     assert "Ray actor stoker-" in text
