@@ -36,6 +36,7 @@ from engine.engine_datasets import (
 )
 from harness import leaks
 from stoker import ArrayDataset, DataLoader
+from stoker._proc import usable_cpus
 
 MODES = ("process", "thread")
 USER_SEED = 12345
@@ -246,6 +247,23 @@ def test_the_first_samples_reach_every_worker_despite_a_staggered_start(context:
         WorkersMeet(3, ctx), batch_size=None, num_workers=3, multiprocessing_context=ctx
     )
     assert sorted(loader) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_as_many_workers_boot_at_once_as_there_are_cpus(context: str) -> None:
+    # each boots on a CPU of its own; one more than the CPUs waits for worker 0 to be ready
+    cpus = usable_cpus()
+    workers = min(cpus, 4) + 1
+    loader = DataLoader(
+        Samples(12), batch_size=2, num_workers=workers, multiprocessing_context=context,
+        persistent_workers=True,
+    )  # fmt: skip
+    it = iter(loader)
+    it.start()  # the pool exists, no batch is loaded yet
+    booting = [loader._pool.is_started(w) for w in range(workers)]
+    assert booting == [w < cpus for w in range(workers)]
+    assert sorted(int(i) for batch in it for i in batch[0]) == list(range(12))
+    loader.close()
 
 
 def test_the_first_samples_reach_every_worker_even_when_one_answers_first(tmp_path) -> None:

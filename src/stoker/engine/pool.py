@@ -50,6 +50,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from stoker._proc import usable_cpus
 from stoker.engine import random_scopes, segments, slots, termination, transport
 from stoker.engine.messages import Task, Undelivered, WorkerSpec, add_note
 from stoker.engine.worker import THREAD_ENV_VARS, process_worker_main, run_worker
@@ -311,16 +312,20 @@ class WorkerPool:
             # Wrap the global RNG functions here, before forking, so each worker inherits the
             # wrapped modules instead of re-wrapping them after fork (2 ms of page copies each).
             random_scopes.install()
-        # A spawned worker spends a few hundred ms of CPU importing; started together on a
-        # few cores they would all be late. Worker 0 starts alone and the rest start, in
-        # parallel, once it is ready: the first batch comes as fast as with one worker.
+        # A spawned worker spends a few hundred ms of CPU importing; more of them started
+        # together than there are CPUs would all be late. As many as there are CPUs start at
+        # once (each boots on a CPU of its own while the trainer waits) and the rest, in
+        # parallel, once worker 0 is ready: the first batch comes as fast as with one
+        # worker, and an epoch that needs every worker (an IterableDataset split between
+        # them) does not wait for two boots one after the other.
         # A forked worker costs the trainer itself a fork (3-8 ms with torch loaded), one
         # after the other: 64 of them would hold the first batch back by a quarter of a
         # second. Worker 0 starts alone and the rest start one at a time, whenever the
         # trainer would otherwise wait (the "ramp", driven by the epoch's iterator).
         staggered = mode == "process" and num_workers > 1
         self.ramp = staggered and self.context.get_start_method() == "fork"
-        self.deferred: list[int] = list(range(1, num_workers)) if staggered else []
+        at_once = 1 if self.ramp else min(num_workers, usable_cpus())
+        self.deferred: list[int] = list(range(at_once, num_workers)) if staggered else []
         try:
             for worker_id in range(num_workers):
                 if worker_id not in self.deferred:
