@@ -645,7 +645,7 @@ def _copy_rate(copies: list[Callable[[], None]], nbytes: int, repeats: int) -> f
 
 def measure_copy_bandwidth(dataset: IndexedLargeArrays, batch: int, repeats: int) -> CopyBandwidth:
     """Median over ``repeats`` copies of each kind (see :class:`CopyBandwidth`)."""
-    cpus = os.cpu_count() or 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     samples = [dataset.pool[i % len(dataset.pool)] for i in range(batch)]
     nbytes = sum(a.nbytes for a in samples)
 
