@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -201,3 +202,15 @@ def test_torch_tensors_over_thread_slots_keep_their_batch() -> None:
             del kept, arrays, indices  # the slots are free for the next epoch
     finally:
         loader.close()
+
+
+def test_a_budget_too_small_for_the_slots_leaves_them_out_quietly(
+    thread_loader: Callable[..., stoker.DataLoader],
+) -> None:
+    # 4 MiB hold 2 batches of 1.5 MiB, not the 6 slots: every batch is allocated on its own
+    loader = thread_loader(Images(), memory_budget=4 * 2**20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            assert sorted(i for batch in loader for i in check(batch)) == list(range(N))
+    assert loader._pool.slots is None
