@@ -657,9 +657,9 @@ class MultiWorkerIterator:
         plan = slots.plan_slots(
             nbytes, arrays, self._per_worker * pool.num_workers, self._memory_budget
         )
-        if plan.count < plan.wanted and in_process:
-            return  # thread workers allocate every batch, as without slots
         if plan.count < plan.wanted:
+            if in_process:
+                return  # thread workers allocate every batch, as without slots
             warnings.warn(
                 f"memory_budget={self._memory_budget / 2**20:.1f} MiB holds {plan.count} batch "
                 f"slot(s) of {nbytes / 2**20:.1f} MiB, fewer than the {plan.wanted} that "

@@ -197,17 +197,8 @@ class SlotPool:
         if count < 1 or size < 1:
             raise AssertionError(f"SlotPool needs count >= 1 and size >= 1, got {count}, {size}")
         size = _round_up(size, mmap.PAGESIZE)
-        need = count * size
-        free = segments.free_bytes() if not in_process else need
-        if need > free:
-            msg = (
-                f"the batch slot pool needs {need / 2**20:.1f} MiB of shared memory ({count} "
-                f"slots of {size / 2**20:.1f} MiB) but /dev/shm has {free / 2**20:.1f} MiB free. "
-                "Give the container more shared memory (docker run --shm-size=8g), or lower "
-                "batch_size, prefetch_factor or num_workers."
-            )
-            raise ShmError(msg)
-        if not in_process:
+        if not in_process:  # shared memory: /dev/shm must hold every slot
+            _check_shm_room(count, size)
             segments.remove_orphaned_segments()
         self._in_process = in_process
         self._token = prefix or segments.new_prefix()
@@ -404,6 +395,19 @@ class SlotAllocator:
         self._offsets.clear()
         self.used = 0
         self.overflow = 0
+
+
+def _check_shm_room(count: int, size: int) -> None:
+    """A ``ShmError`` when ``/dev/shm`` cannot hold ``count`` slots of ``size`` bytes."""
+    need, free = count * size, segments.free_bytes()
+    if need > free:
+        msg = (
+            f"the batch slot pool needs {need / 2**20:.1f} MiB of shared memory ({count} "
+            f"slots of {size / 2**20:.1f} MiB) but /dev/shm has {free / 2**20:.1f} MiB free. "
+            "Give the container more shared memory (docker run --shm-size=8g), or lower "
+            "batch_size, prefetch_factor or num_workers."
+        )
+        raise ShmError(msg)
 
 
 def _private_memory(size: int) -> mmap.mmap:
