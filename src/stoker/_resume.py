@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stoker._validate import is_int
+
 __all__ = [
     "STATE_VERSION",
     "Progress",
@@ -43,7 +45,9 @@ class Progress:
     seed: int
     start: dict[str, Any] = field(default_factory=dict)
     yielded: int = 0  # batches handed out (or skipped) this epoch, whatever their places
-    done: bool = False
+    done: bool = False  # the engine has handed out the epoch's last batch (or ended it)
+    finished: bool = False  # the user's iterator raised StopIteration: the next state is the
+    # next epoch's start; until then a state after the last batch is this epoch's end
     samples: int = 0  # an iterable dataset's samples drawn this epoch (its random positions)
     floor: int = 0
     ahead: set[int] = field(default_factory=set)
@@ -155,9 +159,14 @@ def mid_epoch_state(progress: Progress, held: int) -> dict[str, Any]:
 def check_state(state: object, index_sampler: object) -> dict[str, Any]:
     """``state`` as a plain dict, after checking it can resume a loader over ``index_sampler``.
 
+    Every entry the loader reads is checked here, before anything is restored, so a damaged
+    or edited state fails at ``load_state_dict`` with the entry and its value, never later
+    with a confusing error or, worse, with other data.
+
     Raises:
         ValueError: ``state`` was not made by ``DataLoader.state_dict()`` of this version,
-            lacks an entry, or holds a sampler state this loader's sampler cannot load.
+            lacks an entry, holds an entry of the wrong kind or out of range, or holds a
+            sampler state this loader's sampler cannot load.
     """
     if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
         got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
@@ -170,6 +179,25 @@ def check_state(state: object, index_sampler: object) -> dict[str, Any]:
         if key not in state:
             msg = f"the loader state has no {key!r} entry; pass what state_dict() returned"
             raise ValueError(msg)
+    for key in ("epoch", "batches"):
+        _check_entry(key, state[key], minimum=0)
+    if state["seed"] is not None:
+        _check_entry("seed", state["seed"], minimum=0)
+    ahead = state.get("ahead", ())
+    if not isinstance(ahead, (list, tuple)):
+        _refuse("ahead", ahead, "a list of the batch numbers delivered beyond 'batches'")
+    for batch in ahead:
+        _check_entry("ahead", batch, minimum=state["batches"] + 1, whole=ahead)
+    if len(set(ahead)) != len(ahead):
+        _refuse("ahead", ahead, "batch numbers without repeats")
+    for key in ("drew_seed", "exhausted", "torch_draw"):
+        if key in state and not isinstance(state[key], bool):
+            _refuse(key, state[key], "True or False")
+    if state.get("torch_seed") is not None:
+        _check_entry("torch_seed", state["torch_seed"], minimum=0)
+        _check_entry("torch_seed_epoch", state.get("torch_seed_epoch"), minimum=0)
+    if "samples" in state:
+        _check_entry("samples", state["samples"], minimum=0)
     if state.get("sampler") is not None and not callable(
         getattr(index_sampler, "load_state_dict", None)
     ):
@@ -179,3 +207,18 @@ def check_state(state: object, index_sampler: object) -> dict[str, Any]:
         )
         raise ValueError(msg)
     return dict(state)
+
+
+def _refuse(key: str, value: object, expected: str) -> None:
+    msg = (
+        f"the loader state's {key!r} entry must be {expected}, got {value!r}; "
+        "pass what state_dict() returned, unedited"
+    )
+    raise ValueError(msg)
+
+
+def _check_entry(key: str, value: object, *, minimum: int, whole: object = None) -> None:
+    """Refuses ``value`` unless it is an int ``>= minimum`` (a bool is not a count)."""
+    if isinstance(value, bool) or not is_int(value) or value < minimum:  # type: ignore[operator]
+        kind = "a non-negative int" if minimum == 0 else f"an int of at least {minimum}"
+        _refuse(key, value if whole is None else whole, kind)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -263,6 +264,7 @@ class DataLoader(Generic[T]):
             if generator is None
             else _resolve_base_seed(generator)
         )
+        self._seed_drawn_at: int | None = None  # the epoch whose start drew the base seed
         self._torch_seed: tuple[int, int] | None = (
             None  # a torch.Generator's last base seed, its epoch
         )
@@ -377,6 +379,8 @@ class DataLoader(Generic[T]):
             and (self.worker_mode != "auto" or self._pool.mode == self._worker_kind())
         )
         progress, index_iter, first_position = self._start_epoch(new_pool=not reuse_pool)
+        if progress.done:
+            return iter(())  # a state saved after the epoch's last batch: its end
         trial = self._worker_mode_trial()
         hooks = EpochHooks(
             deliver=self._deliver,
@@ -493,14 +497,7 @@ class DataLoader(Generic[T]):
         draw = new_pool
         if resume is not None:
             epoch, skip, ahead = resume["epoch"], resume["batches"], resume.get("ahead", ())
-            self._seed = resume["seed"]
-            if resume.get("sampler") is not None:
-                self._index_sampler.load_state_dict(resume["sampler"])  # type: ignore[union-attr]
-            if resume.get("generator") is not None:
-                self.generator.set_state(resume["generator"])
-            if resume.get("torch_seed") is not None:
-                self._torch_seed = (resume["torch_seed"], resume["torch_seed_epoch"])
-                draw = resume["torch_draw"]
+            draw = self._restore_randomness(resume, draw)
         else:
             if (
                 owner is not None
@@ -510,9 +507,15 @@ class DataLoader(Generic[T]):
                 self._epoch = owner.epoch  # the user called set_epoch: follow it
             epoch = self._epoch
             skip = self._skip_each_epoch
-        self._epoch = epoch + 1
         if owner is not None:
             owner.set_epoch(epoch)
+        if resume is not None and not self._iterable:
+            try:
+                _check_resumed_place(resume, _epoch_batches(self))
+            except ValueError:
+                self._resume = resume  # the loader stays where it was
+                raise
+        self._epoch = epoch + 1
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch) and self.num_workers == 0:
             set_epoch(epoch)
@@ -529,7 +532,9 @@ class DataLoader(Generic[T]):
         )  # fmt: skip
         self._progress = progress
         if self._iterable:
-            if resume is not None and (resume.get("dataset") is not None or "workers" in resume):
+            if resume is not None and resume.get("exhausted"):
+                progress.done = True  # saved after the epoch's last batch: nothing is left
+            elif resume is not None and (resume.get("dataset") is not None or "workers" in resume):
                 self._resume_stream(resume, progress)
             elif skip:
                 msg = (
@@ -544,6 +549,28 @@ class DataLoader(Generic[T]):
         if owner is not None:
             self._left_epoch = owner.epoch
         return progress, index_iter, first_position
+
+    def _restore_randomness(self, resume: Mapping[str, Any], draw: bool) -> bool:
+        """Puts the seeds, the sampler and the generator back as ``resume`` saved them.
+
+        Returns whether a torch.Generator draws a base seed for the resumed epoch.
+        """
+        if resume.get("drew_seed") and self._seed is None:
+            # the saved run drew its seed from the global generator when this epoch started
+            # (or when the state was taken before it): draw it again, so that what draws
+            # from that generator next (torch's RandomSampler without a generator, a
+            # dataset's own draws) sees the same sequence as in the saved run
+            self._fresh_seed()
+        self._seed = resume["seed"]
+        self._seed_drawn_at = resume["epoch"] if resume.get("drew_seed") else None
+        if resume.get("sampler") is not None:
+            self._index_sampler.load_state_dict(resume["sampler"])  # type: ignore[union-attr]
+        if resume.get("generator") is not None:
+            self.generator.set_state(resume["generator"])
+        if resume.get("torch_seed") is not None:
+            self._torch_seed = (resume["torch_seed"], resume["torch_seed_epoch"])
+            draw = resume["torch_draw"]
+        return draw
 
     def _resume_stream(self, resume: Mapping[str, Any], progress: Progress) -> None:
         """Puts an iterable dataset's stream (or each worker's) back where ``resume`` left it.
@@ -596,21 +623,30 @@ class DataLoader(Generic[T]):
         """
         return self._state(held=0)
 
-    def _state(self, *, held: int) -> dict[str, Any]:
-        """:meth:`state_dict`, as if the last ``held`` deliveries had not reached the loop."""
+    def _state(self, *, held: int, finished: bool | None = None) -> dict[str, Any]:
+        """:meth:`state_dict`, as if the last ``held`` deliveries had not reached the loop.
+
+        ``finished``: whether the loop has seen the epoch's ``StopIteration`` (default: what
+        the loader's iterator saw; a pinning thread that reads ahead says for its consumer).
+        Until it has, a state after the last batch is the end of this epoch: the resumed
+        ``iter()`` yields nothing and the one after it starts the next epoch.
+        """
         if self._resume is not None:
             return dict(self._resume)
         progress = self._progress
-        finished = (
-            progress is not None
-            and held == 0
-            and (progress.done or progress.yielded >= self._epoch_length())
-        )
+        if finished is None:
+            finished = progress is not None and progress.finished
+        finished = progress is not None and held == 0 and finished
         torch_generator = _is_torch_generator(self.generator)
         if progress is None or finished:
             state: dict[str, Any] = {"epoch": self._epoch, "batches": 0}
             sampler_state = getattr(self._index_sampler, "state_dict", None)
             state["sampler"] = sampler_state() if callable(sampler_state) else None
+            if self._seed is None and not torch_generator:
+                # pin the seed the next epoch will use, drawn now as its start would draw it
+                # (after the sampler's state, which may draw the sampler's seed)
+                self._seed_drawn_at = self._epoch
+                self._base_seed()
             state["generator"] = self.generator.get_state() if torch_generator else None
             # the next epoch draws a base seed unless persistent workers carry this one on
             state["torch_draw"] = not (
@@ -619,12 +655,17 @@ class DataLoader(Generic[T]):
         else:
             state = mid_epoch_state(progress, held)
             if self._iterable:
-                state.update(self._stream_state(progress, held))
+                if progress.done and held == 0:
+                    state["exhausted"] = True  # every batch handed out: the stream is not read
+                else:
+                    state.update(self._stream_state(progress, held))
         if torch_generator and self._torch_seed is not None:
             state["torch_seed"], state["torch_seed_epoch"] = self._torch_seed
         else:
             del state["torch_draw"]
         state["seed"] = self._seed
+        if self._seed_drawn_at is not None and self._seed_drawn_at == state["epoch"]:
+            state["drew_seed"] = True
         state["version"] = STATE_VERSION
         return state
 
@@ -701,13 +742,6 @@ class DataLoader(Generic[T]):
             return ErrorReport([], 0)
         return self._bad_samples.report()
 
-    def _epoch_length(self) -> float:
-        """Batches in the whole epoch, skipped ones included (what ``progress.yielded`` counts)."""
-        try:
-            return len(self) + self._skip_each_epoch
-        except TypeError:
-            return float("inf")
-
     def _epoch_seed(self, epoch: int, *, draw: bool) -> int:
         """The epoch's seed: keys every random scope and each worker's own seed.
 
@@ -717,6 +751,8 @@ class DataLoader(Generic[T]):
         they start. An epoch that does not draw derives its seed from the last draw.
         """
         if not _is_torch_generator(self.generator):
+            if self._seed is None:
+                self._seed_drawn_at = epoch
             return _derive_epoch_seed(self._base_seed(), epoch)
         if draw or self._torch_seed is None:
             self._torch_seed = (_draw_torch_base_seed(self.generator), epoch)
@@ -818,7 +854,10 @@ class _EpochIterator:
     first ``next()`` leaves the loader untouched.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_inner", "_length", "_loader", "_processes", "_yielded")
+    __slots__ = (
+        "__weakref__", "_closed", "_inner", "_length", "_loader", "_lock", "_processes",
+        "_progress", "_yielded",
+    )  # fmt: skip
 
     def __init__(self, loader: DataLoader[Any]) -> None:
         self._loader = loader
@@ -827,19 +866,28 @@ class _EpochIterator:
         self._yielded = 0
         self._length = loader._length_reported
         self._processes: list[Any] | None = None
+        self._progress: Progress | None = None  # the epoch's, once it started
+        # one next() at a time: threads sharing the iterator take turns, each batch once
+        self._lock = threading.Lock()
 
     def __iter__(self) -> _EpochIterator:
         return self
 
     def __next__(self) -> Any:
+        with self._lock:
+            return self._next()
+
+    def _next(self) -> Any:
         inner = self._inner
         if inner is None:
             if self._closed:
                 raise StopIteration
-            inner = self._inner = self._loader._begin_epoch()
+            inner = self._begin()
         try:
             batch = next(inner)
         except StopIteration:
+            if self._progress is not None:
+                self._progress.finished = True
             self._check_length_at_end()
             raise
         self._yielded += 1
@@ -886,8 +934,16 @@ class _EpochIterator:
         a helper thread that consumes this iterator (stoker.torch's pinning thread)
         has the trainer's thread start it first.
         """
-        if self._inner is None and not self._closed:
-            self._inner = self._loader._begin_epoch()
+        with self._lock:
+            if self._inner is None and not self._closed:
+                self._begin()
+
+    def _begin(self) -> Any:
+        """Starts the epoch: its engine iterator, and the progress its end is recorded in."""
+        loader = self._loader
+        inner = self._inner = loader._begin_epoch()
+        self._progress = loader._progress
+        return inner
 
     def close(self) -> None:
         """Stops the epoch (its workers, unless persistent); safe to call twice."""
@@ -903,6 +959,22 @@ def _epoch_batches(loader: DataLoader[Any]) -> int | None:
         return len(loader._index_sampler)  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+def _check_resumed_place(resume: Mapping[str, Any], batches: int | None) -> None:
+    """Refuses a state whose place is past the end of the epoch it resumes."""
+    if batches is None:
+        return
+    last = max([resume["batches"], *(b + 1 for b in resume.get("ahead", ()))])
+    if last > batches:
+        msg = (
+            f"the loader state is {resume['batches']} batches into epoch {resume['epoch']}"
+            + (f" (and delivered batches {resume['ahead']})" if resume.get("ahead") else "")
+            + f", but this loader's epoch has {batches} batches: the state was saved by a "
+            "loader over another dataset, sampler or batch size, or edited. Build the loader "
+            "as the saved one was built."
+        )
+        raise ValueError(msg)
 
 
 def _has_len(dataset: Any) -> bool:

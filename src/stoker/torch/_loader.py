@@ -299,7 +299,7 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         if pinning is None or self._progress is None:
             return super().state_dict()
         with pinning.paused() as held:
-            return self._state(held=held)
+            return self._state(held=held, finished=pinning.ended)
 
     def close(self) -> None:
         """Stops the pinning thread and persistent workers; safe to call twice."""
