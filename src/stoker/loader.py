@@ -25,8 +25,11 @@ from stoker._resume import (
     STATE_VERSION,
     Progress,
     check_state,
+    draws_unrecorded,
     epoch_owner,
+    global_generators,
     mid_epoch_state,
+    restore_global_generators,
     skip_batches,
 )
 from stoker._thread_safety import is_thread_safe, warn_shared_handles
@@ -378,7 +381,14 @@ class DataLoader(Generic[T]):
             # worker_mode="auto" may have decided on another kind at the last epoch's end
             and (self.worker_mode != "auto" or self._pool.mode == self._worker_kind())
         )
-        progress, index_iter, first_position = self._start_epoch(new_pool=not reuse_pool)
+        # torch draws a base seed for every new iterator, except that persistent workers keep
+        # theirs: a persistent pool that worker_mode="auto" swaps for another kind carries it
+        carried = (
+            self.persistent_workers
+            and self._pool is not None
+            and self._pool.state is PoolState.RUNNING
+        )
+        progress, index_iter, first_position = self._start_epoch(new_pool=not carried)
         if progress.done:
             return iter(())  # a state saved after the epoch's last batch: its end
         trial = self._worker_mode_trial()
@@ -545,10 +555,21 @@ class DataLoader(Generic[T]):
                 )
                 raise ValueError(msg)
             return progress, None, progress.samples
+        self._pin_global_draws(resume, progress)
         index_iter, first_position = skip_batches(self._index_sampler, skip, self._auto_collation)
         if owner is not None:
             self._left_epoch = owner.epoch
         return progress, index_iter, first_position
+
+    def _pin_global_draws(self, resume: Mapping[str, Any] | None, progress: Progress) -> None:
+        """A sampler without a state of its own draws from the global generators: their states
+        as its epoch starts are recorded, and a resumed epoch replays the sampler under the
+        saved ones (the generators stay as the sampler leaves them, as in the saved run)."""
+        if resume is not None and resume.get("globals") is not None:
+            restore_global_generators(resume["globals"], self._index_sampler)
+            progress.start["globals"] = resume["globals"]
+        elif draws_unrecorded(self._index_sampler):
+            progress.start["globals"] = global_generators(self._index_sampler)
 
     def _restore_randomness(self, resume: Mapping[str, Any], draw: bool) -> bool:
         """Puts the seeds, the sampler and the generator back as ``resume`` saved them.
@@ -647,6 +668,9 @@ class DataLoader(Generic[T]):
                 # (after the sampler's state, which may draw the sampler's seed)
                 self._seed_drawn_at = self._epoch
                 self._base_seed()
+            if not self._iterable and draws_unrecorded(self._index_sampler):
+                # what a sampler drawing from them would find if the next epoch started now
+                state["globals"] = global_generators(self._index_sampler)
             state["generator"] = self.generator.get_state() if torch_generator else None
             # the next epoch draws a base seed unless persistent workers carry this one on
             state["torch_draw"] = not (

@@ -67,3 +67,36 @@ def test_a_state_taken_before_the_first_batch_pins_torchs_seed() -> None:
     resumed.load_state_dict(state)
     assert [b.tolist() for b in resumed] == expected
     assert [b.tolist() for b in loader] == expected
+
+
+@pytest.mark.parametrize("own_generator", [False, True], ids=["global", "own-generator"])
+@pytest.mark.parametrize("stop", [(1, 3), (2, 0), (2, 7)], ids=["1-3", "2-0", "2-7"])
+def test_torchs_random_sampler_resumes_in_a_later_epoch(own_generator, stop) -> None:
+    """torch's RandomSampler keeps no state: each epoch's order comes from where the global
+    generator, or its own, stood when the epoch started. The loader records those states
+    and replays the resumed epoch's sampler under them."""
+    epoch_stop, batches_stop = stop
+
+    def make():
+        generator = torch.Generator().manual_seed(4) if own_generator else None
+        sampler = torch.utils.data.RandomSampler(DATA, generator=generator)
+        return DataLoader(DATA, batch_size=10, sampler=sampler)
+
+    torch.manual_seed(0)
+    reference = make()
+    expected = [[b.tolist() for b in reference] for _ in range(3)]
+    torch.manual_seed(0)
+    first = make()
+    head = []
+    for epoch in range(epoch_stop + 1):
+        iterator = iter(first)
+        for _ in range(batches_stop if epoch == epoch_stop else 10):
+            head.append(next(iterator).tolist())
+        if epoch < epoch_stop:
+            assert next(iterator, None) is None
+    state = first.state_dict()
+    torch.manual_seed(123)  # the resumed process stands elsewhere
+    resumed = make()
+    resumed.load_state_dict(state)
+    tail = [b.tolist() for _ in range(epoch_stop, 3) for b in resumed]
+    assert head + tail == [b for epoch in expected for b in epoch]

@@ -325,6 +325,11 @@ class PinningIterator:
         self._delivered += 1
         return item
 
+    @property
+    def started(self) -> bool:
+        """Whether the thread has started (at the first ``next()``, when lazy)."""
+        return self._thread.ident is not None
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[int]:
         """Holds the thread between two pulls; yields how many pulled batches are not delivered.
