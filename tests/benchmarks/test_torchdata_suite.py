@@ -29,10 +29,14 @@ FAKE_TORCHDATA = {
     ),
     "torchdata/stateful_dataloader/stateful_dataloader.py": '''\
 """A stand-in for torchdata's module: torch's loader, with torchdata's extra keyword."""
+from typing import TypeVar
+
 from torch.utils.data import DataLoader
 
+T = TypeVar("T")
 
-class StatefulDataLoader(DataLoader):
+
+class StatefulDataLoader(DataLoader[T]):
     def __init__(self, *args, snapshot_every_n_steps=1, **kwargs):
         super().__init__(*args, **kwargs)
 ''',
@@ -42,6 +46,7 @@ class StatefulDataLoader(DataLoader):
 STAND_IN = '''\
 import json
 import os
+import unittest
 
 import torchdata.stateful_dataloader
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -68,6 +73,7 @@ class Probe:
 
 def test_in_the_test_process():
     assert torchdata.stateful_dataloader.StatefulDataLoader is StatefulDataLoader
+    assert StatefulDataLoader[int].__origin__ is StatefulDataLoader  # generic, as torchdata's
     loader = StatefulDataLoader(list(range(5)), batch_size=2, snapshot_every_n_steps=3)
     record("test", type(loader))
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4]]
@@ -83,6 +89,14 @@ def test_in_a_spawned_worker():
 
 def test_only_torchdata_passes():
     assert StatefulDataLoader.__module__.startswith("torchdata."), "not torchdata's"
+
+
+class TestSubtests(unittest.TestCase):
+    def test_one_subtest_passes_with_torchdata_only(self):
+        for case in ("any loader", "torchdata's"):
+            with self.subTest(case=case):
+                is_torchdata = StatefulDataLoader.__module__.startswith("torchdata.")
+                assert case == "any loader" or is_torchdata, "a subtest: not torchdata's"
 '''
 
 
@@ -129,7 +143,7 @@ def test_the_suite_substitutes_stokers_loader_in_every_process_and_reports(tmp_p
         assert len(tests) == len(workers) == 1 and not tests & workers, "no worker process"
 
     out = done.stdout
-    assert "3 tests in 1 file(s) of " in out
+    assert "4 tests in 1 file(s) of " in out
     table = out[out.index("\n  file ") :].split("\n\n", 1)[0]
     rows = [line.split() for line in table.strip().splitlines()]
     # file, loader, passed, failed, error, skipped, xfailed, total, time: the file's second row
@@ -137,22 +151,28 @@ def test_the_suite_substitutes_stokers_loader_in_every_process_and_reports(tmp_p
     assert rows[0] == [
         "file", "loader", "passed", "failed", "error", "skipped", "xfailed", "total", "time",
     ]  # fmt: skip
-    assert rows[1][:8] == ["test_stand_in.py", "torchdata", "3", "0", "0", "0", "0", "3"], table
-    assert rows[2][:7] == ["stoker", "2", "1", "0", "0", "0", "3"], table
+    assert rows[1][:8] == ["test_stand_in.py", "torchdata", "4", "0", "0", "0", "0", "4"], table
+    assert rows[2][:7] == ["stoker", "2", "2", "0", "0", "0", "4"], table
     assert len(rows) == 3, table
+    # a failed subTest fails its test, though pytest 9 reports the test itself as passed
+    # (and names the subtest: "1 subtest(s) failed, the first (case=...): ...")
+    assert "1 subtest(s) failed, the first (case=" in out or pytest.version_tuple < (9,)
     assert re.search(
-        r"Pass with torchdata, fail with stoker \(1\):\n"
-        r"  test_stand_in\.py::test_only_torchdata_passes  \[failed\]\n      .*not torchdata's",
+        r"Pass with torchdata, fail with stoker \(2\):\n"
+        r"  test_stand_in\.py::test_only_torchdata_passes  \[failed\]\n      .*not torchdata's\n"
+        r"  test_stand_in\.py::TestSubtests::test_one_subtest_passes_with_torchdata_only  "
+        r"\[failed\]\n      .*AssertionError: a subtest: not torchdata's\n",
         out,
     ), out
 
     saved = json.loads(out_json.read_text(encoding="utf-8"))
     nodeid = "test_stand_in.py::test_only_torchdata_passes"
-    assert saved["pass_with_torchdata_fail_with_stoker"] == [nodeid]
+    subtests = "test_stand_in.py::TestSubtests::test_one_subtest_passes_with_torchdata_only"
+    assert saved["pass_with_torchdata_fail_with_stoker"] == [nodeid, subtests]
     runs = saved["files"]["test_stand_in.py"]["runs"]
-    assert runs["torchdata"]["counts"]["passed"] == 3
+    assert runs["torchdata"]["counts"]["passed"] == 4
     assert runs["stoker"]["counts"] == {
-        "passed": 2, "failed": 1, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0,
+        "passed": 2, "failed": 2, "error": 0, "skipped": 0, "xfailed": 0, "xpassed": 0,
     }  # fmt: skip
     assert runs["stoker"]["tests"][nodeid]["outcome"] == "failed"
     assert "not torchdata's" in runs["stoker"]["tests"][nodeid]["message"]
