@@ -26,6 +26,8 @@ re-reads the buffered records (one pass per file, skipping to each one without d
 the others) and continues the stream after the last record read, so the resumed run yields
 exactly what the uninterrupted run would have. Over any other iterable dataset the buffer
 stores its samples themselves (they must pickle), plus that dataset's own ``state_dict()``.
+Loading a state checks every entry (:func:`check_positions_state`): a damaged or edited one
+raises a ``ValueError`` naming the entry, never resumes with other records.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._validate import check_int, check_optional_int
+from stoker._validate import check_int, check_optional_int, is_int
 from stoker.datasets import IterableDataset, is_iterable_dataset
 from stoker.engine.random_scopes import current_scope
 from stoker.seeding import epoch_rng
@@ -47,12 +49,21 @@ from stoker.streams._records import (
     RecordStream,
     check_shard,
     check_stream_state,
+    state_error,
+    state_int,
+    state_list,
+    state_shard,
 )
 
-__all__ = ["ShuffleBuffer"]
+__all__ = ["ShuffleBuffer", "check_positions_state"]
 
 _BUFFER_KIND = "stoker.shuffle_buffer"
 _NO_PLACE = (-1, -1)  # a sample of a stream that is not a reader has no position
+_POSITIONS_KEYS = ("kind", "epoch", "shard", "read", "buffer", "rng")
+_SAMPLES_KEYS = ("kind", "epoch", "shard", "samples", "inner", "rng")
+_POSITION_BOUND = 2**63  # positions are stored as int64
+_PCG64_BOUND = 2**128  # PCG64's state and increment are 128-bit
+_PCG64_KEYS = {"bit_generator", "state", "has_uint32", "uinteger"}
 
 
 def buffer_rng(seed: int | None, fallback: int, epoch: int, shard: int) -> np.random.Generator:
@@ -65,6 +76,103 @@ def buffer_rng(seed: int | None, fallback: int, epoch: int, shard: int) -> np.ra
     else:
         base = fallback
     return epoch_rng(base, epoch, shard)
+
+
+def _check_rng_state(owner: str, rng: Any) -> None:
+    """Refuses a ``state['rng']`` that is not the state of a PCG64 generator."""
+    inner = rng.get("state") if isinstance(rng, Mapping) else None
+    if (
+        not isinstance(rng, Mapping)
+        or set(rng) != _PCG64_KEYS
+        or rng["bit_generator"] != "PCG64"
+        or not isinstance(inner, Mapping)
+        or set(inner) != {"state", "inc"}
+        or not all(is_int(v) and 0 <= v < _PCG64_BOUND for v in inner.values())
+        or inner["inc"] % 2 == 0  # PCG64 keeps its increment odd
+        or rng["has_uint32"] not in (0, 1)
+        or not (is_int(rng["uinteger"]) and 0 <= rng["uinteger"] < 2**32)
+    ):
+        must = (
+            "the state of a PCG64 generator (bit_generator 'PCG64', state and an odd inc, "
+            "ints in [0, 2**128), has_uint32 0 or 1, uinteger in [0, 2**32))"
+        )
+        raise state_error(owner, "state['rng']", rng, must)
+
+
+def _saved_position(owner: str, entry: str, value: Any, files: int) -> Position:
+    pair = value.tolist() if isinstance(value, np.ndarray) else value
+    if (
+        not isinstance(pair, (list, tuple))
+        or len(pair) != 2
+        or not all(is_int(v) and 0 <= v < _POSITION_BOUND for v in pair)
+        or pair[0] >= files
+    ):
+        must = f"[file, record]: ints in [0, 2**63), the file in [0, {files - 1}] ({files} files)"
+        raise state_error(owner, entry, value, must)
+    return int(pair[0]), int(pair[1])
+
+
+def _buffered_positions(owner: str, value: Any, files: int, size: int | None) -> list[Position]:
+    """``state['buffer']``: distinct positions, no more than the buffer loading it holds."""
+    rows = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 2 else value
+    rows = state_list(owner, "state['buffer']", rows)
+    buffer = [_saved_position(owner, f"state['buffer'][{k}]", p, files) for k, p in enumerate(rows)]
+    first: dict[Position, int] = {}
+    for k, position in enumerate(buffer):
+        if position in first:
+            must = f"a position of its own (state['buffer'][{first[position]}] holds it too)"
+            raise state_error(owner, f"state['buffer'][{k}]", position, must)
+        first[position] = k
+    if len(buffer) > (size or 0):
+        into = f"a buffer of {size} records" if size else "a reader without shuffle_buffer"
+        must = f"at most {size or 0} positions, as the state is loaded into {into}"
+        raise state_error(owner, "state['buffer']", rows, must, got=f"{len(buffer)} positions")
+    return buffer
+
+
+def check_positions_state(owner: str, state: Any, files: int, size: int | None) -> dict[str, Any]:
+    """``state`` if it is a whole positions state of a reader of ``files`` files.
+
+    ``size``: the buffer of the reader (or :class:`ShuffleBuffer`) loading it, ``None``
+    for none. The checks that need the shard (which records this worker reads) wait for
+    the iteration (``RecordStream._check_saved_positions``).
+
+    Raises:
+        ValueError: naming the entry that is missing, mistyped or out of range.
+    """
+    state = check_stream_state(owner, state, STATE_KIND, _POSITIONS_KEYS)
+    state["epoch"] = state_int(owner, "state['epoch']", state["epoch"])
+    state["shard"] = state_shard(owner, state["shard"])
+    read = state["read"]
+    if read is not None:
+        read = _saved_position(owner, "state['read']", read, files)
+    buffer = _buffered_positions(owner, state["buffer"], files, size)
+    if buffer and read is None:
+        must = "a position, as state['buffer'] holds records read"
+        raise state_error(owner, "state['read']", read, must)
+    if state["rng"] is not None:
+        _check_rng_state(owner, state["rng"])
+    state["read"] = None if read is None else list(read)
+    state["buffer"] = np.asarray(buffer, dtype=np.int64).reshape(-1, 2)
+    return state
+
+
+def _check_samples_state(owner: str, state: Any, size: int) -> dict[str, Any]:
+    """``state`` if it is a whole state of a :class:`ShuffleBuffer` that stores its samples."""
+    state = check_stream_state(owner, state, _BUFFER_KIND, _SAMPLES_KEYS)
+    state["epoch"] = state_int(owner, "state['epoch']", state["epoch"])
+    state["shard"] = state_shard(owner, state["shard"])
+    samples = state_list(owner, "state['samples']", state["samples"])
+    if len(samples) > size:
+        must = f"at most {size} samples, as the state is loaded into a buffer of {size}"
+        raise state_error(owner, "state['samples']", samples, must, got=f"{len(samples)} samples")
+    if state["rng"] is not None:
+        _check_rng_state(owner, state["rng"])
+    elif samples:
+        raise state_error(
+            owner, "state['rng']", None, "a generator's state once samples were buffered"
+        )
+    return state
 
 
 def _restored_rng(state: Mapping[str, Any]) -> np.random.Generator:
@@ -134,6 +242,7 @@ def _start_positioned(
         if resume.get("rng") is not None:
             rng = _restored_rng(resume["rng"])
         positions = _positions(resume, "buffer")
+        stream._check_saved_positions(owner, after, positions)
         buffer = list(zip(positions, stream._read_positions(positions), strict=True))
     if size is not None and rng is None:
         rng = buffer_rng(seed, stream.seed, epoch, shard[0])
@@ -224,10 +333,8 @@ class ShuffleBuffer(IterableDataset[Any]):
         rank, world = getattr(self.dataset, "rank", None), getattr(self.dataset, "world_size", None)
         shard = current_shard(rank=rank, world_size=world)
         rng, buffer = None, []
-        if resume is not None:
+        if resume is not None:  # its inner state was loaded with it
             check_shard("ShuffleBuffer", resume, rank, world)
-            if resume.get("inner") is not None:
-                self.dataset.load_state_dict(resume["inner"])
             rng = _restored_rng(resume["rng"]) if resume.get("rng") is not None else None
             buffer = [(None, s) for s in resume["samples"]]
         if rng is None:
@@ -266,10 +373,24 @@ class ShuffleBuffer(IterableDataset[Any]):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood."""
-        kind = STATE_KIND if self._by_position() else _BUFFER_KIND
-        state = check_stream_state("ShuffleBuffer", state, kind)
-        self.set_epoch(int(state["epoch"]))
+        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood.
+
+        Raises:
+            ValueError: ``state`` is not a state of this buffer, or it was damaged or
+                edited (the message names the entry and its value).
+        """
+        if self._by_position():
+            files = len(self.dataset._record_order())
+            state = check_positions_state("ShuffleBuffer", state, files, self.size)
+        else:
+            state = _check_samples_state("ShuffleBuffer", state, self.size)
+        self.set_epoch(state["epoch"])
+        if not self._by_position() and state["inner"] is not None:
+            load = getattr(self.dataset, "load_state_dict", None)
+            if not callable(load):
+                must = f"None: {type(self.dataset).__name__} has no load_state_dict"
+                raise state_error("ShuffleBuffer", "state['inner']", state["inner"], must)
+            load(state["inner"])
         self._resume = state
 
     def __repr__(self) -> str:
