@@ -144,31 +144,6 @@ if os.environ.get("STOKER_SUITE_LOADER") == "stoker":
 '''
 
 
-# Appended to torch_dataloader_suite's report plugin. pytest (9) reports each failed
-# unittest subTest on its own and then the test itself as passed; torchdata's tests loop
-# over their cases in subTests, so a test counts as failed here when one of them failed.
-_SUBTEST_PLUGIN = """
-
-_report_plainly = pytest_runtest_logreport
-_failed_subtests = {}
-
-
-def pytest_runtest_logreport(report):
-    if hasattr(report, "context") and hasattr(report, "_sub_test_description"):  # a subTest
-        if report.failed:
-            where = report._sub_test_description()
-            _failed_subtests.setdefault(report.nodeid, []).append(f"{where}: {_first_line(report)}")
-        return
-    failed = _failed_subtests.pop(report.nodeid, None) if report.when == "call" else None
-    if failed and report.passed:
-        _write({"event": "call", "nodeid": report.nodeid, "outcome": "failed",
-                "duration": report.duration,
-                "message": f"{len(failed)} subtest(s) failed, the first {failed[0]}"})
-        return
-    _report_plainly(report)
-"""
-
-
 # --------------------------------------------------------------------------- the test files
 
 
@@ -225,7 +200,7 @@ def make_folder(folder: Path, test_dir: Path, files: list[str]) -> None:
     """Fills the throwaway ``folder``: sitecustomize, the swap, the report plugin, tests/."""
     (folder / "sitecustomize.py").write_text(_SITECUSTOMIZE)
     (folder / "_torchdata_swap.py").write_text(_SWAP)
-    (folder / "_suite_report.py").write_text(suite._REPORT_PLUGIN + _SUBTEST_PLUGIN)
+    (folder / "_suite_report.py").write_text(suite._REPORT_PLUGIN)
     tests = folder / "tests"
     tests.mkdir()
     (tests / "pytest.ini").write_text("[pytest]\n")  # the rootdir: no other configuration applies
