@@ -14,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.oracle import ORACLE_SETTINGS
 from stoker import DataLoader, DistributedSampler
 from stoker.formats import JsonLines
 from stoker.samplers import ShardSampler
-
-EXAMPLES = max(10, settings().max_examples // 4)
 
 
 class Flaky:
@@ -109,7 +108,7 @@ def _map_loader(config: dict, rank: int, dataset: Flaky) -> DataLoader:
     )
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@ORACLE_SETTINGS
 @given(config=map_configs())
 def test_every_sample_arrives_once_per_epoch_or_is_named(config: dict) -> None:
     run_map_oracle(config)
@@ -173,7 +172,7 @@ def stream_configs(draw: st.DrawFn) -> dict:
     }
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@ORACLE_SETTINGS
 @given(config=stream_configs())
 def test_every_record_of_a_stream_arrives_once_over_ranks_and_workers(config: dict) -> None:
     """Files are split by rank, then by worker: every record once, over all of them."""

@@ -7,10 +7,10 @@ way of resuming; the resumed run must continue the uninterrupted one (harness.or
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.oracle import Config, Loading, SavePoint, check_resume
+from harness.oracle import ORACLE_SETTINGS, Config, Loading, SavePoint, check_resume
 
 # the "stream-wrong-len" streams lie about their length on purpose: torch's warnings say so
 pytestmark = [
@@ -19,8 +19,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:len\\(dataloader\\) of IterableDataset"),
 ]
 
-# each example runs three loaders, with workers: a quarter of the profile's examples
-EXAMPLES = max(10, settings().max_examples // 4)
 
 SAMPLERS = (
     "default",
@@ -89,7 +87,7 @@ def save_points(draw: st.DrawFn, epochs: int) -> SavePoint:
     return SavePoint(epoch=draw(st.integers(0, epochs - 1)), batches=batches)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@ORACLE_SETTINGS
 @given(data=st.data())
 def test_a_resumed_loader_continues_the_uninterrupted_run(data: st.DataObject) -> None:
     config = data.draw(configs(), label="config")
@@ -97,7 +95,7 @@ def test_a_resumed_loader_continues_the_uninterrupted_run(data: st.DataObject) -
     check_resume(config, point)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@ORACLE_SETTINGS
 @given(data=st.data())
 def test_a_resumed_torch_loader_continues_the_uninterrupted_run(data: st.DataObject) -> None:
     pytest.importorskip("torch", reason="draws stoker.torch loaders, torch samplers and generators")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from hypothesis import HealthCheck, settings
 
 from harness.save_load import to_plain
 from stoker import (
@@ -48,7 +49,26 @@ from stoker import (
 )
 from stoker.samplers import ShardSampler
 
-__all__ = ["REFUSALS", "Config", "Loading", "SavePoint", "check_resume", "run_epochs"]
+__all__ = [
+    "ORACLE_SETTINGS",
+    "REFUSALS",
+    "Config",
+    "Loading",
+    "SavePoint",
+    "check_resume",
+    "run_epochs",
+]
+
+# Each example runs several loaders with workers: the oracles draw a quarter of the profile's
+# examples. Under the default profile they draw the same examples every run, so the suite
+# passes or fails for what changed in the code; `--hypothesis-profile=long` searches afresh.
+_DEEP = settings().max_examples >= 1000
+ORACLE_SETTINGS = settings(
+    max_examples=max(10, settings().max_examples // 4),
+    deadline=None,
+    derandomize=not _DEEP,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 # What a loader may answer instead of resuming: each a documented limit, said in words.
 REFUSALS = [
