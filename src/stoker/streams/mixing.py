@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from stoker._state_capture import capture, captured, holds_state
 from stoker._validate import check_choice, check_int, check_optional_int
 from stoker.datasets import IterableDataset, is_iterable_dataset
 from stoker.seeding import epoch_rng
@@ -115,14 +116,19 @@ def _topology(
     return given.pop() if given else (None, None)
 
 
+def _is_stream(dataset: Any) -> bool:
+    """An iterable source (read with iter()), not a map-style one (read by index)."""
+    return is_iterable_dataset(dataset) or not (
+        hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+    )
+
+
 class _Source:
     """One source as the mix reads it: an iterator and a way to save and restore its place."""
 
     def __init__(self, dataset: Any, sampler: Any, shard: tuple[int, int]) -> None:
         self.dataset, self.sampler, self.shard = dataset, sampler, shard
-        self.iterable = is_iterable_dataset(dataset) or not (
-            hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
-        )
+        self.iterable = _is_stream(dataset)
         self.taken = 0
         self.iterator: Iterator[Any] | None = None
 
@@ -148,18 +154,30 @@ class _Source:
             self.taken += 1
         return value
 
-    def state(self) -> Any:
+    def capture(self) -> Any:
+        """A cheap capture of this source's place (see stoker._state_capture)."""
         if not self.iterable:
             return self.taken
-        save = getattr(self.dataset, "state_dict", None)
-        if not callable(save):
+        if not holds_state(self.dataset):
             msg = (
                 f"Mix cannot save a mid-epoch state: its source {type(self.dataset).__name__} "
                 "has no state_dict / load_state_dict. Use stoker's readers or give it those "
                 "methods."
             )
             raise TypeError(msg)
-        return save()
+        return capture(self.dataset)
+
+    def captured(self, snapshot: Any) -> Any:
+        return captured(self.dataset, snapshot) if self.iterable else snapshot
+
+
+class _Running:
+    """A mix's live iteration: its schedule, its sources, which ran out, whether it ended."""
+
+    __slots__ = ("ended", "ran_out", "schedule", "sources")
+
+    def __init__(self, schedule: _Schedule, sources: list[_Source], ran_out: list[bool]) -> None:
+        self.schedule, self.sources, self.ran_out, self.ended = schedule, sources, ran_out, False
 
 
 class Mix(IterableDataset[Any]):
@@ -208,7 +226,7 @@ class Mix(IterableDataset[Any]):
         self.rank, self.world_size = _topology(self.datasets, rank, world_size)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
-        self._live: tuple[_Schedule, list[_Source], list[bool]] | None = None
+        self._live: _Running | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch, and passes it to every source (and sampler) that takes one."""
@@ -243,10 +261,16 @@ class Mix(IterableDataset[Any]):
             ran_out = [bool(r) for r in resume["ran_out"]]
         for i, source in enumerate(sources):
             source.start(None if resume is None else resume["sources"][i])
-        self._live = (schedule, sources, ran_out)
-        return self._draws(schedule, sources, ran_out)
+        live = self._live = _Running(schedule, sources, ran_out)
+        return self._draws(live)
 
-    def _draws(
+    def _draws(self, live: _Running) -> Iterator[Any]:
+        try:
+            yield from self._drawn(live.schedule, live.sources, live.ran_out)
+        finally:
+            live.ended = True
+
+    def _drawn(
         self, schedule: _Schedule, sources: list[_Source], ran_out: list[bool]
     ) -> Iterator[Any]:
         while any(schedule.active):
@@ -277,17 +301,33 @@ class Mix(IterableDataset[Any]):
                 return dict(self._resume)
             msg = "Mix.state_dict() describes a running iteration; start iterating first"
             raise ValueError(msg)
-        schedule, sources, ran_out = self._live
+        return self._captured_state(self._snapshot(self._live))
+
+    # -- cheap captures (stoker._state_capture) ------------------------------------------
+    def _saves_state(self) -> bool:
+        return all(not _is_stream(d) or holds_state(d) for d in self.datasets)
+
+    def _snapshot(self, live: _Running) -> tuple[Any, ...]:
+        schedule, sources = live.schedule, live.sources
+        return (
+            self.epoch, list(sources[0].shard), schedule.step, list(schedule.credit),
+            list(schedule.active), list(live.ran_out), [(s, s.capture()) for s in sources],
+        )  # fmt: skip
+
+    def _capture_state(self) -> Any:
+        """The schedule's place and each source's capture; None between iterations."""
+        live = self._live
+        return None if live is None or live.ended else self._snapshot(live)
+
+    def _captured_state(self, snapshot: Any) -> dict[str, Any] | None:
+        if snapshot is None:
+            return None
+        epoch, shard, step, credit, active, ran_out, sources = snapshot
         return {
-            "kind": _KIND,
-            "epoch": self.epoch,
-            "shard": list(sources[0].shard),
-            "step": schedule.step,
-            "credit": list(schedule.credit),
-            "active": list(schedule.active),
-            "ran_out": list(ran_out),
-            "sources": [s.state() for s in sources],
-        }
+            "kind": _KIND, "epoch": epoch, "shard": shard, "step": step, "credit": credit,
+            "active": active, "ran_out": ran_out,
+            "sources": [source.captured(c) for source, c in sources],
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood."""

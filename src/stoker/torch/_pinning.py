@@ -323,6 +323,11 @@ class PinningIterator:
         self._delivered += 1
         return item
 
+    @property
+    def read_ahead(self) -> int:
+        """The most batches it holds undelivered: its queue's, and one being pinned."""
+        return self._queue.maxsize + 1
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[int]:
         """Holds the thread between two pulls; yields how many pulled batches are not delivered.
