@@ -192,19 +192,19 @@ class StatsRecorder:
 
     __slots__ = ("_first", "_last", "_slow_batches", "_slow_samples", "stats")
 
-    def note(self, text: str) -> bool:
-        """Records a note for ``stats()`` (see LoaderStats.notes); False if it already was."""
-        if text in self.stats.notes:
-            return False
-        self.stats.notes.append(text)
-        return True
-
     def __init__(self, num_workers: int) -> None:
         self.stats = LoaderStats(num_workers=num_workers)
         self._first = 0.0
         self._last = 0.0
         self._slow_batches: list[tuple[float, int, Any]] = []
         self._slow_samples: list[tuple[float, int, Any]] = []
+
+    def note(self, text: str) -> bool:
+        """Records a note for ``stats()`` (see LoaderStats.notes); False if it already was."""
+        if text in self.stats.notes:
+            return False
+        self.stats.notes.append(text)
+        return True
 
     def delivered(self, waited_s: float) -> None:
         """A batch reached the consumer, who waited ``waited_s`` in ``next()`` for it."""
