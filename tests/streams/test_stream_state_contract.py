@@ -367,3 +367,25 @@ def test_a_state_taken_while_a_pinning_thread_reads_ahead_counts_what_the_loop_r
     resumed.load_state_dict(state)
     assert head + batches_of(resumed) == expected
     resumed.close()
+
+
+def test_a_buffers_capture_is_the_state_it_had_however_far_the_buffer_moved_on() -> None:
+    from stoker._state_capture import capture, captured
+
+    buffer = ShuffleBuffer(EpochCounting(90), 7, seed=5)
+    iterator = iter(buffer)
+    marks, expected = [], []
+    for step in range(95):  # past the end: the buffer drains, then stops
+        marks.append(capture(buffer))
+        expected.append(buffer.state_dict())
+        if next(iterator, None) is None:
+            break
+        if step % 10 == 9:
+            del marks[-5:-2]  # captures dropped: the log keeps only what live ones need
+            del expected[-5:-2]
+    assert len(marks) > 60
+    for mark, state in zip(marks, expected, strict=True):
+        assert captured(buffer, mark) == state
+    marks.clear()
+    del mark
+    assert buffer._live.journal is None  # no capture left: the buffer logs nothing

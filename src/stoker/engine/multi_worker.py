@@ -20,6 +20,7 @@ autotuner drives (:class:`~stoker.engine.autotune.Tunable`: ``workers``, ``prefe
 from __future__ import annotations
 
 import functools
+import os
 import time
 import warnings
 import weakref
@@ -896,8 +897,9 @@ def _end_epoch(pool: Pool, progress: Progress | None, generation: int, shutdown:
 
     An iterable dataset's epoch that ends before its last batch first keeps its streams'
     states in ``progress`` (a state_dict() after a ``break`` resumes there); not at
-    interpreter exit, nor once a newer epoch took the workers. Then a pool the epoch owns
-    is shut down.
+    interpreter exit, nor once a newer epoch took the workers, nor in a forked child that
+    frees its copy of the iterator (the workers are the trainer's). Then a pool the epoch
+    owns is shut down.
     """
     exiting = getattr(weakref.finalize, "_shutdown", False)  # set while atexit runs finalizers
     if (
@@ -906,6 +908,7 @@ def _end_epoch(pool: Pool, progress: Progress | None, generation: int, shutdown:
         and not exiting
         and pool.state is PoolState.RUNNING
         and pool.ledger.generation == generation
+        and os.getpid() == getattr(pool, "_owner_pid", None)
     ):
         with progress.stream_lock:
             if progress.kept_streams is None:
