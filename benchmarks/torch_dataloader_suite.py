@@ -167,7 +167,23 @@ def _first_line(report):
     return lines[0].strip() if lines else ""
 
 
+# pytest (9) reports each failed unittest subTest on its own and then the test itself as
+# passed: a test counts as failed here when one of its subTests failed.
+_failed_subtests = {}
+
+
 def pytest_runtest_logreport(report):
+    if hasattr(report, "context") and hasattr(report, "_sub_test_description"):  # a subTest
+        if report.failed:
+            where = report._sub_test_description()
+            _failed_subtests.setdefault(report.nodeid, []).append(f"{where}: {_first_line(report)}")
+        return
+    failed = _failed_subtests.pop(report.nodeid, None) if report.when == "call" else None
+    if failed and report.passed:
+        _write({"event": "call", "nodeid": report.nodeid, "outcome": "failed",
+                "duration": report.duration,
+                "message": f"{len(failed)} subtest(s) failed, the first {failed[0]}"})
+        return
     record = {"event": report.when, "nodeid": report.nodeid, "outcome": report.outcome,
               "duration": report.duration}
     if hasattr(report, "wasxfail"):

@@ -10,8 +10,13 @@ import gc
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from harness import leaks
+
+# `pytest --hypothesis-profile=long` draws ten times hypothesis's default number of examples
+# (a deep search, not for CI); the slow properties draw a share of the profile's number.
+settings.register_profile("long", max_examples=1000)
 
 
 @pytest.fixture

@@ -132,3 +132,26 @@ def test_sample_rng_outside_a_loader_follows_numpy_global_seed() -> None:
     a = sample_rng().random()
     np.random.seed(3)
     assert sample_rng().random() == a
+
+
+@pytest.mark.parametrize("batch_size", [None, 1])
+def test_a_sample_draws_alike_in_two_loaders_built_with_one_seed(batch_size) -> None:
+    """The last sample one loader loads and the first the next loads can be the same sample
+    with the same seed: its draws must not go on from where the global generators stood
+    (here, moved by the trainer's own draws in between)."""
+
+    class One:
+        def __len__(self) -> int:
+            return 1
+
+        def __getitem__(self, i: int) -> list[float]:
+            return [float(np.random.rand()), random.random()]
+
+    def draws() -> list:
+        batches = DataLoader(One(), batch_size=batch_size, generator=7)
+        return [np.asarray(b).tolist() for b in batches]
+
+    first = draws()
+    np.random.rand(3)  # the trainer draws between the two loaders
+    random.random()
+    assert draws() == first

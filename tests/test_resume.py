@@ -64,9 +64,38 @@ def test_resume_with_a_changed_number_of_workers(first, resumed, stop_at) -> Non
     run_test_save_load_state(loader_factory(first, resumed, **SHUFFLED), stop_at=stop_at)
 
 
-def test_resume_after_the_last_batch_starts_the_next_epoch() -> None:
+def test_a_state_after_the_last_batch_resumes_at_the_end_of_that_epoch() -> None:
     state = run_test_save_load_state(loader_factory({}, **SHUFFLED), stop_at=EPOCH, epochs=3)
+    assert (state["epoch"], state["batches"]) == (0, EPOCH)
+
+
+@pytest.mark.parametrize("loading", [{}, {"num_workers": 2}], ids=["main", "workers"])
+def test_an_epoch_loop_resumed_after_the_last_batch_runs_the_epochs_left(loading) -> None:
+    """`for epoch in range(E)` resumed from a state saved inside the loop after the last
+    batch: the resumed iter() ends at once and E - 1 epochs follow, not E."""
+    reference = DataLoader(Noisy(), **SHUFFLED, **loading)
+    expected = [[b["i"].tolist() for b in reference] for _ in range(3)]
+    first = DataLoader(Noisy(), **SHUFFLED, **loading)
+    for batch_number, _ in enumerate(first, 1):
+        if batch_number == EPOCH:
+            state = first.state_dict()
+    resumed = DataLoader(Noisy(), **SHUFFLED, **loading)
+    resumed.load_state_dict(state)
+    epochs = [[b["i"].tolist() for b in resumed] for _ in range(3)]
+    assert epochs[0] == []
+    assert epochs[1:] == expected[1:]
+
+
+def test_a_state_after_stop_iteration_starts_the_next_epoch() -> None:
+    loader = DataLoader(Noisy(), **SHUFFLED)
+    expected = [[b["i"].tolist() for b in loader] for _ in range(2)]
+    loader = DataLoader(Noisy(), **SHUFFLED)
+    assert len(list(loader)) == EPOCH
+    state = loader.state_dict()
     assert (state["epoch"], state["batches"]) == (1, 0)
+    resumed = DataLoader(Noisy(), **SHUFFLED)
+    resumed.load_state_dict(state)
+    assert [b["i"].tolist() for b in resumed] == expected[1]
 
 
 def test_the_state_is_small_and_holds_no_batches() -> None:
@@ -183,6 +212,49 @@ def test_a_torch_distributed_sampler_gets_set_epoch() -> None:
 def test_bad_states_are_rejected_with_what_to_pass(state, message) -> None:
     with pytest.raises(ValueError, match=message):
         DataLoader(Noisy()).load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    ("entry", "value", "expected"),
+    [
+        ("batches", -3, "a non-negative int, got -3"),
+        ("batches", "3", "a non-negative int, got '3'"),
+        ("batches", True, "a non-negative int, got True"),
+        ("epoch", 1.5, "a non-negative int, got 1.5"),
+        ("epoch", -1, "a non-negative int, got -1"),
+        ("seed", -7, "a non-negative int, got -7"),
+        ("seed", "17", "a non-negative int, got '17'"),
+        ("ahead", [1, 1], "batch numbers without repeats, got [1, 1]"),
+        ("ahead", [0], "an int of at least 1, got [0]"),
+        ("ahead", 4, "a list of the batch numbers delivered beyond 'batches', got 4"),
+        ("exhausted", "yes", "True or False, got 'yes'"),
+        ("samples", -2, "a non-negative int, got -2"),
+    ],
+)
+def test_an_edited_state_is_refused_naming_the_entry_and_its_value(entry, value, expected) -> None:
+    loader = DataLoader(Noisy(), batch_size=4, shuffle=True, generator=1)
+    state = {**loader.state_dict(), entry: value}
+    with pytest.raises(ValueError) as caught:
+        loader.load_state_dict(state)
+    assert str(caught.value) == (
+        f"the loader state's {entry!r} entry must be {expected}; pass what state_dict() "
+        "returned, unedited"
+    )
+
+
+def test_a_state_past_the_end_of_the_epoch_is_refused_before_anything_loads() -> None:
+    loader = DataLoader(Noisy(), batch_size=4, shuffle=True, generator=1)
+    loader.load_state_dict({**loader.state_dict(), "batches": 9})
+    with pytest.raises(ValueError) as caught:
+        next(iter(loader))
+    assert str(caught.value) == (
+        "the loader state is 9 batches into epoch 0, but this loader's epoch has 6 batches: "
+        "the state was saved by a loader over another dataset, sampler or batch size, or "
+        "edited. Build the loader as the saved one was built."
+    )
+    assert loader.state_dict()["batches"] == 9  # nothing changed: still the state loaded
+    loader.load_state_dict({**loader.state_dict(), "batches": EPOCH})  # its end: valid
+    assert list(loader) == []
 
 
 def test_a_sampler_state_needs_a_sampler_that_can_load_it() -> None:
@@ -327,3 +399,30 @@ def test_out_of_order_delivery_resumes_exactly() -> None:
     tail = [tuple(b["i"].tolist()) for b in resumed]
     assert sorted(seen + tail) == sorted(seen + [tuple(b["i"].tolist()) for b in rest])
     assert len(set(seen + tail)) == 12  # every batch exactly once
+
+
+@pytest.mark.parametrize("resumed_workers", [0, 1, 3])
+def test_batches_delivered_out_of_order_are_not_delivered_again_by_any_loader(
+    resumed_workers,
+) -> None:
+    """A state saved with in_order=False holds the batches delivered beyond its place; a
+    loader resumed from it, with or without workers, skips exactly those."""
+
+    def make(resumed: bool):
+        workers = {"num_workers": resumed_workers} if resumed else {"num_workers": 3}
+        return DataLoader(
+            Uneven(), batch_size=2, shuffle=True, generator=3, in_order=False, **workers
+        )
+
+    loader = make(False)
+    it = iter(loader)
+    seen = [tuple(next(it)["i"].tolist()) for _ in range(5)]
+    state = loader.state_dict()
+    del it
+    loader.close()
+    assert state.get("ahead"), f"the test needs batches delivered out of order: {state}"
+    resumed = make(True)
+    resumed.load_state_dict(state)
+    tail = [tuple(b["i"].tolist()) for b in resumed]
+    everything = sorted(tuple(b["i"].tolist()) for b in make(False))
+    assert sorted(seen + tail) == everything

@@ -10,6 +10,7 @@ included. A dataset with a shared file handle is the counter-example the loader 
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import pytest
@@ -124,3 +125,38 @@ def test_a_shared_file_handle_is_found_and_auto_keeps_processes(tmp_path) -> Non
         ]
     finally:
         dataset.file.close()
+
+
+@pytest.mark.parametrize(
+    "loading",
+    [
+        {"num_workers": 0},
+        {"num_workers": 2, "worker_mode": "process"},
+        {"num_workers": 2, "worker_mode": "thread"},
+    ],
+    ids=["main", "process", "thread"],
+)
+def test_one_iterator_consumed_by_two_threads_hands_out_each_batch_once(loading) -> None:
+    """Two threads calling next() on one iterator take turns: the epoch starts once and every
+    batch reaches exactly one of them."""
+    loader = DataLoader(ArrayDataset(np.arange(64)), batch_size=4, **loading)
+    iterator = iter(loader)
+    got: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def consume(k: int) -> None:
+        start.wait()
+        try:
+            for (batch,) in iterator:
+                got[k].extend(batch.tolist())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=consume, args=(k,)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert sorted(got[0] + got[1]) == list(range(64))

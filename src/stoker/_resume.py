@@ -11,19 +11,30 @@ without loading them.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import collections
 import itertools
+import random
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from stoker._validate import is_int
+
 __all__ = [
     "STATE_VERSION",
     "Progress",
     "check_state",
+    "draws_unrecorded",
     "epoch_owner",
+    "global_generators",
     "mid_epoch_state",
+    "restore_global_generators",
     "skip_batches",
 ]
 
@@ -44,7 +55,9 @@ class Progress:
     seed: int
     start: dict[str, Any] = field(default_factory=dict)
     yielded: int = 0  # batches handed out (or skipped) this epoch, whatever their places
-    done: bool = False
+    done: bool = False  # the engine has handed out the epoch's last batch (or ended it)
+    finished: bool = False  # the user's iterator raised StopIteration: the next state is the
+    # next epoch's start; until then a state after the last batch is this epoch's end
     samples: int = 0  # an iterable dataset's samples drawn this epoch (its random positions)
     floor: int = 0
     ahead: set[int] = field(default_factory=set)
@@ -67,6 +80,10 @@ class Progress:
     # out, ``(streams, next_worker)``, or the error collecting them raised. The lock orders
     # that with a state_dict() asking the live engine (a pinning thread may close it).
     kept_streams: Any = None
+    # the epoch ended and its workers stopped while a pinning thread held ``h`` of its
+    # batches: by ``h``, the ``(streams, next_worker)`` a state taking them back needs (or
+    # the error collecting them raised); asked before the workers stopped
+    taken_back_streams: Any = None
     stream_lock: threading.RLock = field(default_factory=threading.RLock)
 
     def deliver(self, batch_index: int) -> None:
@@ -116,6 +133,100 @@ class Progress:
         return floor, sorted(ahead)
 
 
+def draws_unrecorded(index_sampler: Any) -> bool:
+    """Whether the epoch's order may come from draws no sampler state records.
+
+    True for a sampler without ``state_dict`` (torch's ``RandomSampler`` without a
+    generator draws its seed from torch's global generator when its epoch starts), and for a
+    batch sampler over one. Such an order is reproduced by replaying the sampler under the
+    global generators' states of its epoch's start (:func:`global_generators`).
+    """
+    if not callable(getattr(index_sampler, "state_dict", None)):
+        return not isinstance(index_sampler, (list, tuple, range))
+    inner = getattr(index_sampler, "sampler", None)
+    return inner is not None and draws_unrecorded(inner)
+
+
+def _stateless_sampler_generator(index_sampler: Any) -> Any:
+    """The ``generator`` of the sampler without state in ``index_sampler`` (torch's samplers
+    keep one), or ``None``."""
+    for candidate in (index_sampler, getattr(index_sampler, "sampler", None)):
+        if candidate is not None and not callable(getattr(candidate, "state_dict", None)):
+            generator = getattr(candidate, "generator", None)
+            if generator is not None and callable(getattr(generator, "get_state", None)):
+                return generator  # a torch.Generator
+    return None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def global_generators(index_sampler: Any) -> dict[str, Any]:
+    """The states of the generators a sampler without state may draw from: the global ones
+    (numpy's, random's, torch's) and its own ``generator`` (a torch.Generator).
+
+    Plain values (strings and numbers, the big ones base64-encoded), so a loader state
+    stays JSON-serialisable.
+    """
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, python_gauss = random.getstate()
+    states: dict[str, Any] = {
+        "numpy": [_b64(np.asarray(keys, dtype="<u4").tobytes()), int(pos), int(has_gauss), gauss],
+        "python": [version, _b64(np.asarray(internal, dtype="<u4").tobytes()), python_gauss],
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        states["torch"] = _b64(torch.get_rng_state().numpy().tobytes())
+    own = _stateless_sampler_generator(index_sampler)
+    if own is not None:
+        states["sampler"] = _b64(own.get_state().numpy().tobytes())
+    return states
+
+
+def _torch_state(text: str) -> Any:
+    import torch
+
+    return torch.frombuffer(bytearray(_unb64(text)), dtype=torch.uint8)
+
+
+def restore_global_generators(states: Mapping[str, Any], index_sampler: Any) -> None:
+    """Puts the generators back as :func:`global_generators` found them.
+
+    Raises:
+        ValueError: a state does not fit its generator (the loader state was edited, or the
+            sampler has no generator of its own where the saved one had).
+    """
+    try:
+        keys, pos, has_gauss, gauss = states["numpy"]
+        np.random.set_state(
+            ("MT19937", np.frombuffer(_unb64(keys), dtype="<u4"), pos, has_gauss, gauss)
+        )
+        version, internal, python_gauss = states["python"]
+        internal = tuple(int(v) for v in np.frombuffer(_unb64(internal), dtype="<u4"))
+        random.setstate((version, internal, python_gauss))
+        if "torch" in states:
+            import torch
+
+            torch.set_rng_state(_torch_state(states["torch"]))
+        if "sampler" in states:
+            own = _stateless_sampler_generator(index_sampler)
+            if own is None:
+                raise TypeError("this loader's sampler has no torch.Generator of its own")
+            own.set_state(_torch_state(states["sampler"]))
+    except (KeyError, TypeError, ValueError, RuntimeError, binascii.Error) as exc:
+        msg = (
+            "the loader state's 'globals' entry does not hold the global generators' states "
+            f"it was saved with ({type(exc).__name__}: {exc}); pass what state_dict() "
+            "returned, unedited"
+        )
+        raise ValueError(msg) from None
+
+
 def epoch_owner(index_sampler: Any) -> Any:
     """The sampler that takes ``set_epoch``: the index sampler or the one it wraps."""
     for candidate in (index_sampler, getattr(index_sampler, "sampler", None)):
@@ -158,15 +269,22 @@ def mid_epoch_state(progress: Progress, held: int) -> dict[str, Any]:
     state["sampler"] = progress.start.get("sampler")
     state["generator"] = progress.start.get("generator")
     state["torch_draw"] = progress.start.get("torch_draw", True)
+    if "globals" in progress.start:
+        state["globals"] = progress.start["globals"]  # as the epoch's sampler found them
     return state
 
 
 def check_state(state: object, index_sampler: object) -> dict[str, Any]:
     """``state`` as a plain dict, after checking it can resume a loader over ``index_sampler``.
 
+    Every entry the loader reads is checked here, before anything is restored, so a damaged
+    or edited state fails at ``load_state_dict`` with the entry and its value, never later
+    with a confusing error or, worse, with other data.
+
     Raises:
         ValueError: ``state`` was not made by ``DataLoader.state_dict()`` of this version,
-            lacks an entry, or holds a sampler state this loader's sampler cannot load.
+            lacks an entry, holds an entry of the wrong kind or out of range, or holds a
+            sampler state this loader's sampler cannot load.
     """
     if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
         got = state.get("version") if isinstance(state, Mapping) else type(state).__name__
@@ -179,6 +297,29 @@ def check_state(state: object, index_sampler: object) -> dict[str, Any]:
         if key not in state:
             msg = f"the loader state has no {key!r} entry; pass what state_dict() returned"
             raise ValueError(msg)
+    for key in ("epoch", "batches"):
+        _check_entry(key, state[key], minimum=0)
+    if state["seed"] is not None:
+        _check_entry("seed", state["seed"], minimum=0)
+    ahead = state.get("ahead", ())
+    if not isinstance(ahead, (list, tuple)):
+        _refuse("ahead", ahead, "a list of the batch numbers delivered beyond 'batches'")
+    for batch in ahead:
+        _check_entry("ahead", batch, minimum=state["batches"] + 1, whole=ahead)
+    if len(set(ahead)) != len(ahead):
+        _refuse("ahead", ahead, "batch numbers without repeats")
+    for key in ("drew_seed", "exhausted", "torch_draw"):
+        if key in state and not isinstance(state[key], bool):
+            _refuse(key, state[key], "True or False")
+    if "globals" in state and not (
+        isinstance(state["globals"], Mapping) and {"numpy", "python"} <= set(state["globals"])
+    ):
+        _refuse("globals", state["globals"], "the global generators' states")
+    if state.get("torch_seed") is not None:
+        _check_entry("torch_seed", state["torch_seed"], minimum=0)
+        _check_entry("torch_seed_epoch", state.get("torch_seed_epoch"), minimum=0)
+    if "samples" in state:
+        _check_entry("samples", state["samples"], minimum=0)
     if state.get("sampler") is not None and not callable(
         getattr(index_sampler, "load_state_dict", None)
     ):
@@ -188,3 +329,18 @@ def check_state(state: object, index_sampler: object) -> dict[str, Any]:
         )
         raise ValueError(msg)
     return dict(state)
+
+
+def _refuse(key: str, value: object, expected: str) -> None:
+    msg = (
+        f"the loader state's {key!r} entry must be {expected}, got {value!r}; "
+        "pass what state_dict() returned, unedited"
+    )
+    raise ValueError(msg)
+
+
+def _check_entry(key: str, value: object, *, minimum: int, whole: object = None) -> None:
+    """Refuses ``value`` unless it is an int ``>= minimum`` (a bool is not a count)."""
+    if isinstance(value, bool) or not is_int(value) or value < minimum:  # type: ignore[operator]
+        kind = "a non-negative int" if minimum == 0 else f"an int of at least {minimum}"
+        _refuse(key, value if whole is None else whole, kind)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -24,8 +25,11 @@ from stoker._resume import (
     STATE_VERSION,
     Progress,
     check_state,
+    draws_unrecorded,
     epoch_owner,
+    global_generators,
     mid_epoch_state,
+    restore_global_generators,
     skip_batches,
 )
 from stoker._state_capture import holds_state
@@ -265,6 +269,7 @@ class DataLoader(Generic[T]):
             if generator is None
             else _resolve_base_seed(generator)
         )
+        self._seed_drawn_at: int | None = None  # the epoch whose start drew the base seed
         self._torch_seed: tuple[int, int] | None = (
             None  # a torch.Generator's last base seed, its epoch
         )
@@ -380,7 +385,16 @@ class DataLoader(Generic[T]):
             # worker_mode="auto" may have decided on another kind at the last epoch's end
             and (self.worker_mode != "auto" or self._pool.mode == self._worker_kind())
         )
-        progress, index_iter, first_position = self._start_epoch(new_pool=not reuse_pool)
+        # torch draws a base seed for every new iterator, except that persistent workers keep
+        # theirs: a persistent pool that worker_mode="auto" swaps for another kind carries it
+        carried = (
+            self.persistent_workers
+            and self._pool is not None
+            and self._pool.state is PoolState.RUNNING
+        )
+        progress, index_iter, first_position = self._start_epoch(new_pool=not carried)
+        if progress.done:
+            return iter(())  # a state saved after the epoch's last batch: its end
         trial = self._worker_mode_trial()
         hooks = EpochHooks(
             deliver=self._deliver,
@@ -506,14 +520,7 @@ class DataLoader(Generic[T]):
         draw = new_pool
         if resume is not None:
             epoch, skip, ahead = resume["epoch"], resume["batches"], resume.get("ahead", ())
-            self._seed = resume["seed"]
-            if resume.get("sampler") is not None:
-                self._index_sampler.load_state_dict(resume["sampler"])  # type: ignore[union-attr]
-            if resume.get("generator") is not None:
-                self.generator.set_state(resume["generator"])
-            if resume.get("torch_seed") is not None:
-                self._torch_seed = (resume["torch_seed"], resume["torch_seed_epoch"])
-                draw = resume["torch_draw"]
+            draw = self._restore_randomness(resume, draw)
         else:
             if (
                 owner is not None
@@ -523,9 +530,15 @@ class DataLoader(Generic[T]):
                 self._epoch = owner.epoch  # the user called set_epoch: follow it
             epoch = self._epoch
             skip = self._skip_each_epoch
-        self._epoch = epoch + 1
         if owner is not None:
             owner.set_epoch(epoch)
+        if resume is not None and not self._iterable:
+            try:
+                _check_resumed_place(resume, _epoch_batches(self))
+            except ValueError:
+                self._resume = resume  # the loader stays where it was
+                raise
+        self._epoch = epoch + 1
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch) and self.num_workers == 0:
             set_epoch(epoch)
@@ -551,10 +564,43 @@ class DataLoader(Generic[T]):
                 )
                 raise ValueError(msg)
             return progress, None, progress.samples
+        self._pin_global_draws(resume, progress)
         index_iter, first_position = skip_batches(self._index_sampler, skip, self._auto_collation)
         if owner is not None:
             self._left_epoch = owner.epoch
         return progress, index_iter, first_position
+
+    def _pin_global_draws(self, resume: Mapping[str, Any] | None, progress: Progress) -> None:
+        """A sampler without a state of its own draws from the global generators: their states
+        as its epoch starts are recorded, and a resumed epoch replays the sampler under the
+        saved ones (the generators stay as the sampler leaves them, as in the saved run)."""
+        if resume is not None and resume.get("globals") is not None:
+            restore_global_generators(resume["globals"], self._index_sampler)
+            progress.start["globals"] = resume["globals"]
+        elif draws_unrecorded(self._index_sampler):
+            progress.start["globals"] = global_generators(self._index_sampler)
+
+    def _restore_randomness(self, resume: Mapping[str, Any], draw: bool) -> bool:
+        """Puts the seeds, the sampler and the generator back as ``resume`` saved them.
+
+        Returns whether a torch.Generator draws a base seed for the resumed epoch.
+        """
+        if resume.get("drew_seed") and self._seed is None:
+            # the saved run drew its seed from the global generator when this epoch started
+            # (or when the state was taken before it): draw it again, so that what draws
+            # from that generator next (torch's RandomSampler without a generator, a
+            # dataset's own draws) sees the same sequence as in the saved run
+            self._fresh_seed()
+        self._seed = resume["seed"]
+        self._seed_drawn_at = resume["epoch"] if resume.get("drew_seed") else None
+        if resume.get("sampler") is not None:
+            self._index_sampler.load_state_dict(resume["sampler"])  # type: ignore[union-attr]
+        if resume.get("generator") is not None:
+            self.generator.set_state(resume["generator"])
+        if resume.get("torch_seed") is not None:
+            self._torch_seed = (resume["torch_seed"], resume["torch_seed_epoch"])
+            draw = resume["torch_draw"]
+        return draw
 
     def _resume_stream(self, resume: Mapping[str, Any], progress: Progress) -> None:
         """Gives each shard of the stream the state it opens from (see _stream_state).
@@ -629,21 +675,33 @@ class DataLoader(Generic[T]):
         """
         return self._state(held=0)
 
-    def _state(self, *, held: int) -> dict[str, Any]:
-        """:meth:`state_dict`, as if the last ``held`` deliveries had not reached the loop."""
+    def _state(self, *, held: int, finished: bool | None = None) -> dict[str, Any]:
+        """:meth:`state_dict`, as if the last ``held`` deliveries had not reached the loop.
+
+        ``finished``: whether the loop has seen the epoch's ``StopIteration`` (default: what
+        the loader's iterator saw; a pinning thread that reads ahead says for its consumer).
+        Until it has, a state after the last batch is the end of this epoch: the resumed
+        ``iter()`` yields nothing and the one after it starts the next epoch.
+        """
         if self._resume is not None:
             return dict(self._resume)
         progress = self._progress
-        finished = (
-            progress is not None
-            and held == 0
-            and (progress.done or progress.yielded >= self._epoch_length())
-        )
+        if finished is None:
+            finished = progress is not None and progress.finished
+        finished = progress is not None and held == 0 and finished
         torch_generator = _is_torch_generator(self.generator)
         if progress is None or finished:
             state: dict[str, Any] = {"epoch": self._epoch, "batches": 0}
             sampler_state = getattr(self._index_sampler, "state_dict", None)
             state["sampler"] = sampler_state() if callable(sampler_state) else None
+            if self._seed is None and not torch_generator:
+                # pin the seed the next epoch will use, drawn now as its start would draw it
+                # (after the sampler's state, which may draw the sampler's seed)
+                self._seed_drawn_at = self._epoch
+                self._base_seed()
+            if not self._iterable and draws_unrecorded(self._index_sampler):
+                # what a sampler drawing from them would find if the next epoch started now
+                state["globals"] = global_generators(self._index_sampler)
             state["generator"] = self.generator.get_state() if torch_generator else None
             # the next epoch draws a base seed unless persistent workers carry this one on
             state["torch_draw"] = not (
@@ -658,6 +716,8 @@ class DataLoader(Generic[T]):
         else:
             del state["torch_draw"]
         state["seed"] = self._seed
+        if self._seed_drawn_at is not None and self._seed_drawn_at == state["epoch"]:
+            state["drew_seed"] = True
         state["version"] = STATE_VERSION
         return state
 
@@ -728,7 +788,20 @@ class DataLoader(Generic[T]):
 
     def _running_streams(self, progress: Progress, held: int) -> tuple[dict[int, Any], int]:
         """Each stream's state now, from the live engine or what it kept when it closed."""
+        if progress.done and held == 0 and self.num_workers:
+            # the engine saw the epoch's end, the loop not yet (a pinning thread ran ahead):
+            # every stream ended; persistent workers' copies carry their state on
+            return self._ended_streams(), 0
         with progress.stream_lock:
+            taken_back = progress.taken_back_streams
+            if progress.done and taken_back is not None:
+                # ... and the pinning thread still holds ``held`` batches: the workers were
+                # asked where their streams stood before them as the epoch ended
+                if isinstance(taken_back, BaseException):
+                    raise taken_back
+                if held not in taken_back:
+                    raise AssertionError(f"cannot take back {held} deliveries of an ended epoch")
+                return taken_back[held]
             kept = progress.kept_streams
             if kept is None:
                 engine = self._engine() if self._engine is not None else None
@@ -740,6 +813,12 @@ class DataLoader(Generic[T]):
         if held:
             raise AssertionError(f"cannot take back {held} deliveries of a closed epoch")
         return kept
+
+    def _ended_streams(self) -> dict[int, Any]:
+        """Every worker's stream at its end: what the next epoch starts from, and no more."""
+        copies = self._start_streams() if self.persistent_workers else {}
+        ended = {"dataset": None, "iterator": None, "taken": 0, "ended": True, "replay": False}
+        return {w: {**ended, **copies.get(w, {}), "ended": True} for w in range(self.num_workers)}
 
     def _note(self, text: str) -> None:
         """A note for stats() and the log, once: what a state or a resume costs."""
@@ -791,13 +870,6 @@ class DataLoader(Generic[T]):
             return ErrorReport([], 0)
         return self._bad_samples.report()
 
-    def _epoch_length(self) -> float:
-        """Batches in the whole epoch, skipped ones included (what ``progress.yielded`` counts)."""
-        try:
-            return len(self) + self._skip_each_epoch
-        except TypeError:
-            return float("inf")
-
     def _epoch_seed(self, epoch: int, *, draw: bool) -> int:
         """The epoch's seed: keys every random scope and each worker's own seed.
 
@@ -807,6 +879,8 @@ class DataLoader(Generic[T]):
         they start. An epoch that does not draw derives its seed from the last draw.
         """
         if not _is_torch_generator(self.generator):
+            if self._seed is None:
+                self._seed_drawn_at = epoch
             return _derive_epoch_seed(self._base_seed(), epoch)
         if draw or self._torch_seed is None:
             self._torch_seed = (_draw_torch_base_seed(self.generator), epoch)
@@ -908,7 +982,10 @@ class _EpochIterator:
     first ``next()`` leaves the loader untouched.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_inner", "_length", "_loader", "_processes", "_yielded")
+    __slots__ = (
+        "__weakref__", "_closed", "_inner", "_length", "_loader", "_lock", "_processes",
+        "_progress", "_yielded",
+    )  # fmt: skip
 
     def __init__(self, loader: DataLoader[Any]) -> None:
         self._loader = loader
@@ -917,19 +994,28 @@ class _EpochIterator:
         self._yielded = 0
         self._length = loader._length_reported
         self._processes: list[Any] | None = None
+        self._progress: Progress | None = None  # the epoch's, once it started
+        # one next() at a time: threads sharing the iterator take turns, each batch once
+        self._lock = threading.Lock()
 
     def __iter__(self) -> _EpochIterator:
         return self
 
     def __next__(self) -> Any:
+        with self._lock:
+            return self._next()
+
+    def _next(self) -> Any:
         inner = self._inner
         if inner is None:
             if self._closed:
                 raise StopIteration
-            inner = self._inner = self._loader._begin_epoch()
+            inner = self._begin()
         try:
             batch = next(inner)
         except StopIteration:
+            if self._progress is not None:
+                self._progress.finished = True
             self._check_length_at_end()
             raise
         self._yielded += 1
@@ -976,8 +1062,16 @@ class _EpochIterator:
         a helper thread that consumes this iterator (stoker.torch's pinning thread)
         has the trainer's thread start it first.
         """
-        if self._inner is None and not self._closed:
-            self._inner = self._loader._begin_epoch()
+        with self._lock:
+            if self._inner is None and not self._closed:
+                self._begin()
+
+    def _begin(self) -> Any:
+        """Starts the epoch: its engine iterator, and the progress its end is recorded in."""
+        loader = self._loader
+        inner = self._inner = loader._begin_epoch()
+        self._progress = loader._progress
+        return inner
 
     def close(self) -> None:
         """Stops the epoch (its workers, unless persistent); safe to call twice."""
@@ -1008,6 +1102,22 @@ def _epoch_batches(loader: DataLoader[Any]) -> int | None:
         return len(loader._index_sampler)  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+def _check_resumed_place(resume: Mapping[str, Any], batches: int | None) -> None:
+    """Refuses a state whose place is past the end of the epoch it resumes."""
+    if batches is None:
+        return
+    last = max([resume["batches"], *(b + 1 for b in resume.get("ahead", ()))])
+    if last > batches:
+        msg = (
+            f"the loader state is {resume['batches']} batches into epoch {resume['epoch']}"
+            + (f" (and delivered batches {resume['ahead']})" if resume.get("ahead") else "")
+            + f", but this loader's epoch has {batches} batches: the state was saved by a "
+            "loader over another dataset, sampler or batch size, or edited. Build the loader "
+            "as the saved one was built."
+        )
+        raise ValueError(msg)
 
 
 def _has_len(dataset: Any) -> bool:

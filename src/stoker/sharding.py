@@ -32,7 +32,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from stoker._validate import check_int
 from stoker._worker_info import get_worker_info
@@ -101,16 +101,24 @@ def _distributed_topology() -> tuple[int, int]:
     return _from_environment() or (0, 1)
 
 
-def _worker_topology() -> tuple[int, int]:
-    """(worker_id, num_workers) of the calling worker: stoker's, else torch's, else (0, 1)."""
+def _any_worker_info() -> Any:
+    """The calling worker's info (``id``, ``num_workers``, ``seed``): stoker's, else torch's.
+
+    ``None`` outside workers. torch is not imported here: only asked once it is loaded.
+    """
     info = get_worker_info()
     if info is not None:
-        return info.id, info.num_workers
+        return info
     torch_data = sys.modules.get("torch.utils.data")
-    torch_info = torch_data.get_worker_info() if torch_data is not None else None
-    if torch_info is not None:
-        return int(torch_info.id), int(torch_info.num_workers)
-    return 0, 1
+    return torch_data.get_worker_info() if torch_data is not None else None
+
+
+def _worker_topology() -> tuple[int, int]:
+    """(worker_id, num_workers) of the calling worker: stoker's, else torch's, else (0, 1)."""
+    info = _any_worker_info()
+    if info is None:
+        return 0, 1
+    return int(info.id), int(info.num_workers)
 
 
 def current_shard(

@@ -87,9 +87,8 @@ def run_test_save_load_state(
     tail: list[tuple[int, Any]] = []
     epoch = stopped_in
     while epoch < epochs and len(head) + len(tail) < len(expected):
-        # a state saved after an epoch's last batch already points at the next epoch
-        if not tail and state["batches"] == 0 and state["epoch"] > stopped_in:
-            epoch = state["epoch"]
+        # a state saved after an epoch's last batch resumes at that epoch's end: the first
+        # resumed iter() yields nothing and the next one is the next epoch
         tail.extend((epoch, to_plain(batch)) for batch in second)
         epoch += 1
     _close(second)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
 import numpy as np
 import pytest
 
-from stoker import DataLoader, IterableDataset, Mix, RandomSampler, ShuffleBuffer, mix
+from stoker import (
+    DataLoader,
+    IterableDataset,
+    Mix,
+    RandomSampler,
+    ShuffleBuffer,
+    WeightedRandomSampler,
+    mix,
+)
 from stoker.formats.text import JsonLines
 from stoker.streams.mixing import _Schedule
 
@@ -295,3 +304,178 @@ def test_bad_arguments_are_named() -> None:
         m = mix([Tagged("a", 3)])
         next(iter(m))
         m.state_dict()
+
+
+# -- samplers read by several workers --------------------------------------------------------
+
+
+def torch_random_sampler(data):
+    torch = pytest.importorskip("torch", reason="the mix is given torch's own RandomSampler")
+    return torch.utils.data.RandomSampler(data)
+
+
+SAMPLERS = {
+    "RandomSampler": RandomSampler,
+    "WeightedRandomSampler": lambda data: WeightedRandomSampler(
+        np.linspace(1.0, 2.0, len(data)), len(data), replacement=False
+    ),
+    "torch-RandomSampler": pytest.param(torch_random_sampler, marks=pytest.mark.torch),
+}
+TOPOLOGIES = [
+    (0, "process"),
+    (1, "process"),
+    (2, "process"),
+    (3, "process"),
+    (1, "thread"),
+    (3, "thread"),
+]
+
+
+def sampled_mix(make_sampler) -> Mix:
+    a = [("a", i) for i in range(40)]
+    b = [("b", i) for i in range(40)]
+    return mix([(a, make_sampler(a)), (b, make_sampler(b))], on_exhausted="drop")
+
+
+def read_mix(mixed: Mix, num_workers: int, worker_mode: str, seed: int) -> list[tuple[str, int]]:
+    loader = DataLoader(
+        mixed, batch_size=None, num_workers=num_workers, worker_mode=worker_mode, generator=seed
+    )
+    return [tuple(x) for x in loader]
+
+
+@pytest.mark.parametrize("make_sampler", list(SAMPLERS.values()), ids=list(SAMPLERS))
+@pytest.mark.parametrize(("num_workers", "worker_mode"), TOPOLOGIES, ids=lambda v: str(v))
+def test_an_unseeded_sampler_in_a_mix_gives_every_sample_once_whatever_the_workers(
+    make_sampler, num_workers, worker_mode
+) -> None:
+    """Each worker used to draw its own permutation: ~20 of 80 samples came twice, 20 never."""
+    got = read_mix(sampled_mix(make_sampler), num_workers, worker_mode, seed=1)
+    assert sorted(got) == [("a", i) for i in range(40)] + [("b", i) for i in range(40)]
+    assert got == read_mix(sampled_mix(make_sampler), num_workers, worker_mode, seed=1)
+    a_order = [i for tag, i in got if tag == "a"]
+    assert a_order != list(range(40))  # shuffled, not read in index order
+
+
+@pytest.mark.parametrize("make_sampler", list(SAMPLERS.values()), ids=list(SAMPLERS))
+def test_the_loader_seed_decides_an_unseeded_sampler_and_0_or_1_workers_agree(
+    make_sampler,
+) -> None:
+    main = read_mix(sampled_mix(make_sampler), 0, "process", seed=1)
+    assert read_mix(sampled_mix(make_sampler), 1, "thread", seed=1) == main
+    other = read_mix(sampled_mix(make_sampler), 0, "process", seed=2)
+    assert sorted(other) == sorted(main) and other != main
+    # the two sources' samplers are seeded apart: their permutations differ
+    assert [i for t, i in main if t == "a"] != [i for t, i in main if t == "b"]
+
+
+def test_a_seeded_sampler_keeps_its_own_order_in_every_worker() -> None:
+    data = [("a", i) for i in range(40)]
+    want = [data[i] for i in RandomSampler(data, generator=5)]  # its epoch 0
+    for num_workers, worker_mode in TOPOLOGIES:
+        mixed = mix([(data, RandomSampler(data, generator=5))])
+        got = read_mix(mixed, num_workers, worker_mode, seed=num_workers)
+        assert sorted(got) == sorted(data)
+        # shard k of S reads positions k, k + S, ... of the order; the loader takes one from
+        # each worker in turn
+        shards = [want[k :: max(num_workers, 1)] for k in range(max(num_workers, 1))]
+        assert got == [x for row in itertools.zip_longest(*shards) for x in row if x], (
+            num_workers,
+            worker_mode,
+        )
+
+
+@pytest.mark.torch
+def test_a_torch_sampler_with_its_own_generator_gives_every_sample_once() -> None:
+    torch = pytest.importorskip("torch", reason="the mix is given torch's own RandomSampler")
+    data = [("a", i) for i in range(40)]
+
+    def sampled(seed):
+        generator = torch.Generator().manual_seed(seed)
+        return mix([(data, torch.utils.data.RandomSampler(data, generator=generator))])
+
+    got = read_mix(sampled(7), 2, "thread", seed=1)
+    assert sorted(got) == sorted(data)
+    assert got == read_mix(sampled(7), 2, "process", seed=3)  # its generator decides
+    assert read_mix(sampled(8), 2, "process", seed=3) != got
+
+
+def test_a_restarted_source_reshuffles_and_resumes_in_its_second_pass() -> None:
+    small = [("s", i) for i in range(6)]
+    big = [("b", i) for i in range(30)]
+
+    def restarted():
+        return mix([(small, RandomSampler(small)), big], on_exhausted="restart")
+
+    whole = read_mix(restarted(), 0, "process", seed=4)
+    passes = [[i for t, i in whole if t == "s"][k : k + 6] for k in (0, 6, 12)]
+    assert all(sorted(p) == list(range(6)) for p in passes)
+    assert len({tuple(p) for p in passes}) > 1  # each pass is a new permutation
+    loader = DataLoader(restarted(), batch_size=None, generator=4)
+    iterator = iter(loader)
+    head = [tuple(x) for _, x in zip(range(17), iterator, strict=False)]  # in the 2nd pass
+    state = loader.state_dict()
+    del iterator
+    resumed = DataLoader(restarted(), batch_size=None, generator=9)
+    resumed.load_state_dict(state)
+    assert head + [tuple(x) for x in resumed] == whole
+
+
+# -- the mix's rank reaches its iterable sources ---------------------------------------------
+
+
+def write_records(path, n: int) -> str:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps(["r", i]) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_mix_rank_splits_its_stream_sources(tmp_path, num_workers) -> None:
+    """A reader without a rank read every record on every rank of the mix."""
+    path = write_records(tmp_path / "records.jsonl", 40)
+    ranks = []
+    for rank in (0, 1):
+        mixed = mix([JsonLines(path)], rank=rank, world_size=2)
+        ranks.append(
+            [tuple(x) for x in DataLoader(mixed, batch_size=None, num_workers=num_workers)]
+        )
+    assert sorted(ranks[0] + ranks[1]) == [("r", i) for i in range(40)]
+    assert not set(ranks[0]) & set(ranks[1])
+    assert len(ranks[0]) == len(ranks[1]) == 20
+
+
+def test_the_mix_rank_reaches_readers_inside_buffers_and_nested_mixes(tmp_path) -> None:
+    path = write_records(tmp_path / "records.jsonl", 40)
+    ranks = []
+    for rank in (0, 1):
+        inner = mix([ShuffleBuffer(JsonLines(path), 4, seed=1)])
+        mixed = mix(
+            [inner, [("m", i) for i in range(10)]], rank=rank, world_size=2, on_exhausted="drop"
+        )
+        assert (inner.rank, inner.world_size) == (rank, 2)
+        ranks.append([tuple(x) for x in DataLoader(mixed, batch_size=None)])
+    everything = sorted(ranks[0] + ranks[1])
+    assert everything == [("m", i) for i in range(10)] + [("r", i) for i in range(40)]
+
+
+def test_a_source_of_another_rank_than_the_mix_is_refused(tmp_path) -> None:
+    path = write_records(tmp_path / "records.jsonl", 4)
+    with pytest.raises(ValueError) as info:
+        mix([[1, 2], ShuffleBuffer(JsonLines(path, rank=0, world_size=2), 2)], rank=1, world_size=2)
+    assert str(info.value) == (
+        "mix has rank=1 of world_size=2, but its source 1 (the JsonLines in ShuffleBuffer) has "
+        "rank=0 of world_size=2: give the sources the mix's rank, or give them none (the mix "
+        "passes its own to them)"
+    )
+    with pytest.raises(ValueError) as info:
+        mix([Tagged("a", 4)], rank=1, world_size=2)
+    assert str(info.value) == (
+        "mix has rank=1 of world_size=2, but its source 0 (Tagged) is an iterable dataset "
+        "without rank and world_size attributes, so the mix cannot pass its rank to it and "
+        "every rank would read all of it: give it rank and world_size attributes and split "
+        "its records by them (stoker's readers and ShardedIterable take rank= and "
+        "world_size=), or make it map-style"
+    )
+    assert [x for x in mix([Tagged("a", 2)], rank=0, world_size=1)] == [("a", 0), ("a", 1)]

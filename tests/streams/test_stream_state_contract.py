@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -352,16 +354,54 @@ def test_a_state_taken_while_a_pinning_thread_reads_ahead_counts_what_the_loop_r
             stream(60), batch_size=4, generator=3, num_workers=num_workers, **options
         )
 
+    pinned_round_trip(make, 3, lambda loader, iterator: iterator._queue.qsize() == 2)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["own-workers", "persistent"])
+@pytest.mark.parametrize(
+    "stream",
+    [EpochCounting, StatefulIterator, lambda n: ShuffleBuffer(EpochCounting(n), 5, seed=2)],
+    ids=["EpochCounting", "StatefulIterator", "ShuffleBuffer"],
+)
+def test_a_state_taken_after_the_workers_ended_while_a_pinning_thread_holds_batches(
+    monkeypatch, stream, persistent
+) -> None:
+    """The engine saw the epoch's end and stopped its workers, the loop has two batches to
+    go: the state is the one before them (it raised AssertionError: the workers moved on)."""
+    pytest.importorskip("torch", reason="pin_memory belongs to stoker.torch, which needs torch")
+    from stoker.torch import DataLoader as TorchLoader
+    from stoker.torch import _loader as torch_loader
+
+    monkeypatch.setattr(torch_loader, "accelerator_pin_function", lambda: (lambda b: b, None))
+
+    def make(**options):
+        return TorchLoader(
+            stream(60), batch_size=4, generator=3, num_workers=2,
+            persistent_workers=persistent, **options,
+        )  # fmt: skip
+
+    assert len(batches_of(make())) == 16  # 8 a worker: 2 left after 14
+    pinned_round_trip(
+        make, 14, lambda loader, iterator: loader._progress.done and iterator._queue.qsize() == 2
+    )
+
+
+def pinned_round_trip(
+    make: Callable[..., Any], taken: int, ready: Callable[[Any, Any], bool]
+) -> None:
+    """Takes ``taken`` batches through a pinning thread, waits until ``ready(loader,
+    iterator)`` (what the thread holds then), takes the state: the iterator goes on as if
+    nothing happened, and the state resumes the uninterrupted run exactly."""
     expected = batches_of(make())
     loader = make(pin_memory=True)
     iterator = iter(loader)
-    head = [to_plain(next(iterator)) for _ in range(3)]
-    deadline = time.monotonic() + 5
-    while iterator._queue.qsize() < 2 and time.monotonic() < deadline:  # it reads ahead
+    head = [to_plain(next(iterator)) for _ in range(taken)]
+    deadline = time.monotonic() + 10
+    while not ready(loader, iterator) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert iterator._queue.qsize() == 2
+    assert ready(loader, iterator)
     state = loader.state_dict()
-    assert [to_plain(b) for b in iterator] == expected[3:]  # the iterator is undisturbed
+    assert [to_plain(b) for b in iterator] == expected[taken:]  # the iterator is undisturbed
     loader.close()
     resumed = make()
     resumed.load_state_dict(state)

@@ -65,6 +65,10 @@ _CLOSING_NOTE = (
     "stoker: raised when the epoch's iterator closed before its end and asked its workers where "
     "their streams stood, for a later state_dict()"
 )
+_ENDING_NOTE = (
+    "stoker: raised when the epoch ended and asked its workers where their streams stood before "
+    "the batches a pinning thread held, for a later state_dict()"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +245,7 @@ class MultiWorkerIterator:
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
             if not self._mine_pending() and self._sources_done:
                 self._progress.done = True
+                self._keep_take_backs()
                 self.close()
                 raise StopIteration
             wait = _POLL_S
@@ -563,6 +568,27 @@ class MultiWorkerIterator:
         return _collect_streams(
             self._pool, self._progress, held, receive=self._receive, on_death=self._handle_death
         )
+
+    def _keep_take_backs(self) -> None:
+        """The epoch's end, before its own workers stop: the states a ``state_dict()`` taking
+        back a pinning thread's undelivered batches may ask for, asked now (each worker's
+        stream has ended, so each holds at most those batches' samples).
+        """
+        progress = self._progress
+        held = min(self._take_backs, len(progress.recent_streams))
+        if not (self._iterable and self._owns_pool and held):
+            return
+        with progress.stream_lock:
+            try:
+                progress.taken_back_streams = {
+                    h: _collect_streams(
+                        self._pool, progress, h, receive=self._receive, on_death=self._handle_death
+                    )
+                    for h in range(1, held + 1)
+                }
+            except Exception as exc:  # told by the state_dict() that needs it
+                add_note(exc, _ENDING_NOTE)
+                progress.taken_back_streams = exc
 
     # -- autotuning: the Tunable protocol of stoker.engine.autotune ------------------
     @property

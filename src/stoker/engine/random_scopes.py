@@ -163,6 +163,10 @@ def begin(epoch_seed: int, kind: int) -> tuple[_Scope, _Scope | None]:
         scope = _Scope()
     scope.base = _mix(epoch_seed & _MASK64, kind)
     scope.index = None
+    # what the generators were seeded for in an earlier block means nothing now: the global
+    # generators may have drawn since (a sample with the same key, e.g. the first of another
+    # loader built with the same seed, would otherwise go on from where those draws left)
+    scope._numpy_at = scope._python_at = scope._torch_at = None
     _local.scope = scope
     return scope, previous
 

@@ -42,8 +42,8 @@ class SingleProcessIterator:
     """
 
     __slots__ = (
-        "__weakref__", "_batch_index", "_captures", "_deliver", "_fetcher", "_finalizer",
-        "_index_iter", "_position", "_progress", "_record_bad_samples", "_recorder",
+        "__weakref__", "_batch_index", "_captures", "_deliver", "_delivered_ahead", "_fetcher",
+        "_finalizer", "_index_iter", "_position", "_progress", "_record_bad_samples", "_recorder",
     )  # fmt: skip
 
     def __init__(
@@ -63,6 +63,9 @@ class SingleProcessIterator:
         self._progress = progress
         self._index_iter = index_iter
         self._batch_index = progress.floor
+        # batches a resumed epoch had delivered out of order beyond its floor: never loaded
+        # again (a copy: ``progress.ahead`` shrinks as deliveries reach them)
+        self._delivered_ahead = frozenset(progress.ahead)
         self._position = first_position
         self._fetcher: MapFetcher | IterableFetcher
         self._captures: collections.deque[Any] | None = None
@@ -125,7 +128,7 @@ class SingleProcessIterator:
         fetcher: MapFetcher = self._fetcher  # type: ignore[assignment]
         began = perf_counter()
         index = next(self._index_iter)  # type: ignore[arg-type]
-        while self._batch_index in progress.ahead:  # delivered before a resume: skip it
+        while self._batch_index in self._delivered_ahead:  # delivered before a resume: skip it
             self._position += len(index) if fetcher.auto_collation else 1
             self._batch_index += 1
             index = next(self._index_iter)  # type: ignore[arg-type]

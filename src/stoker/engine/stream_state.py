@@ -27,7 +27,10 @@ receives and buffers the other answers as usual. A worker that does not answer w
 
 An epoch closed mid-way (``break``, an abandoned iterator) asks its workers once more
 before they stop and keeps the answers, so a ``state_dict()`` after it still resumes where
-the consumer stopped.
+the consumer stopped. So does an epoch that ends while a pinning thread may still hold some
+of its batches and whose workers stop with it: it asks them for the states before each of
+those batches (``Progress.taken_back_streams``; every stream has ended, so such a state holds
+at most those batches' samples).
 """
 
 from __future__ import annotations

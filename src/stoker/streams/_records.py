@@ -12,6 +12,12 @@ delivering a record twice), re-reads a given set of positions, and keeps the rea
 A reader provides three hooks: ``_record_order()`` (the file indices in the epoch's
 order), ``_open_records(i)`` (the raw records of file ``i``) and ``_finish_record(raw)``
 (the sample, or the reader's ``_skip_marker`` for a bad record it skips).
+
+Loading a state checks it: a state that was damaged or edited raises a ``ValueError``
+naming the entry and its value (:func:`state_error`) before anything is read, never
+delivers other records. What needs the shard (which files and records this worker
+reads) is checked when the iteration starts, and a read position past the end of its
+file when the stream gets there.
 """
 
 from __future__ import annotations
@@ -21,14 +27,27 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from stoker._validate import check_optional_int
-from stoker.engine.random_scopes import current_scope
-from stoker.sharding import current_shard, shard_for_worker
+import numpy as np
 
-__all__ = ["Position", "RecordStream", "check_stream_state"]
+from stoker._validate import check_optional_int, is_int
+from stoker.engine.random_scopes import current_scope
+from stoker.sharding import Shard, current_shard, shard_for_worker
+
+__all__ = [
+    "Position",
+    "RecordStream",
+    "check_shard",
+    "check_stream_state",
+    "damaged",
+    "state_error",
+    "state_int",
+    "state_list",
+    "state_shard",
+]
 
 Position = tuple[int, int]
 STATE_KIND = "stoker.stream"
+_SHOWN_CHARS = 160  # a value in an error message is cut to this many characters
 
 
 def _closing(records: Iterable[Any]) -> None:
@@ -37,10 +56,84 @@ def _closing(records: Iterable[Any]) -> None:
         close()
 
 
-def check_stream_state(owner: str, state: Any, kind: str) -> dict[str, Any]:
-    """``state`` if it is a state of ``kind`` saved by this shard; raises a clear error if not."""
+def damaged(owner: str) -> str:
+    """The advice that ends every message about a damaged or edited state."""
+    return f"the state is damaged or was edited; load one that {owner}.state_dict() saved"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def state_error(
+    owner: str, entry: str, value: Any, must: str, *, got: str | None = None
+) -> ValueError:
+    """The error of a damaged or edited state: ``entry`` (``"state['read']"``) and its value.
+
+    ``got`` words what was found instead of the value's ``repr``.
+
+    Example:
+        >>> str(state_error("JsonLines", "state['epoch']", -1, "an int >= 0"))[:68]
+        "JsonLines.load_state_dict: state['epoch'] must be an int >= 0, got -1"
+    """
+    msg = (
+        f"{owner}.load_state_dict: {entry} must be {must}, got {got or _shown(value)} "
+        f"({damaged(owner)})"
+    )
+    return ValueError(msg)
+
+
+def state_int(owner: str, entry: str, value: Any, *, maximum: int | None = None) -> int:
+    """``value`` as an int if it is one in ``[0, maximum]``; else :func:`state_error`."""
+    if not is_int(value) or value < 0 or (maximum is not None and value > maximum):
+        must = "an int >= 0" if maximum is None else f"an int in [0, {maximum}]"
+        raise state_error(owner, entry, value, must)
+    return int(value)
+
+
+def state_list(owner: str, entry: str, value: Any, length: int | None = None) -> list[Any]:
+    """``value`` as a list if it is a list, tuple or 1-D array (of ``length`` items)."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        must = "a list" if length is None else f"a list of {length} items"
+        raise state_error(owner, entry, value, must)
+    if length is not None and len(value) != length:
+        must = f"a list of {length} items"
+        raise state_error(owner, entry, value, must, got=f"a list of {len(value)}")
+    return list(value)
+
+
+def state_shard(owner: str, value: Any) -> list[int]:
+    """``state['shard']``, ``[index, count]`` with ``0 <= index < count``."""
+    pair = state_list(owner, "state['shard']", value, 2)
+    count = pair[1]
+    if not is_int(count) or count < 1 or not is_int(pair[0]) or not 0 <= pair[0] < count:
+        raise state_error(
+            owner, "state['shard']", value, "[index, count], ints with 0 <= index < count"
+        )
+    return [int(pair[0]), int(count)]
+
+
+def check_stream_state(
+    owner: str, state: Any, kind: str, keys: Sequence[str] = ()
+) -> dict[str, Any]:
+    """``state`` as a dict if it is a state of ``kind`` holding every entry of ``keys``."""
     if not isinstance(state, Mapping) or state.get("kind") != kind:
-        msg = f"{owner}.load_state_dict expects a state saved by {owner}.state_dict, got {state!r}"
+        got = (
+            f"one whose 'kind' is {state.get('kind')!r}"
+            if isinstance(state, Mapping)
+            else f"a {type(state).__name__}: {_shown(state)}"
+        )
+        msg = (
+            f"{owner}.load_state_dict expects a state saved by {owner}.state_dict(), whose "
+            f"'kind' is {kind!r}; got {got}"
+        )
+        raise ValueError(msg)
+    missing = [key for key in keys if key not in state]
+    if missing:
+        msg = f"{owner}.load_state_dict: the state has no {missing[0]!r} entry ({damaged(owner)})"
         raise ValueError(msg)
     return dict(state)
 
@@ -53,8 +146,8 @@ def check_shard(
     if list(state["shard"]) != shard:
         msg = (
             f"{owner}: this state was saved by shard {state['shard'][0]} of {state['shard'][1]} "
-            f"(rank x worker), and is loaded in shard {shard[0]} of {shard[1]}; resume with the "
-            "same numbers of ranks and workers, each loading its own state"
+            f"(rank x worker, state['shard']), and is loaded in shard {shard[0]} of {shard[1]}; "
+            "resume with the same numbers of ranks and workers, each loading its own state"
         )
         raise ValueError(msg)
 
@@ -111,17 +204,9 @@ class RecordStream:
         ``ends``: this is the whole stream, and ``live.ended`` is set once it has run out.
         """
         order = self._record_order()
-        shard = shard_for_worker(order, rank=self.rank, world_size=self.world_size)
+        shard = self._shard(order)
         items, stride = shard.items, shard.record_stride
-        start_k, first = 0, shard.record_offset
-        if after is not None:
-            if after[0] not in items:
-                msg = (
-                    f"{type(self).__name__}: the saved position is in file {after[0]}, which this "
-                    "shard does not read this epoch; resume with the same files, epoch and topology"
-                )
-                raise ValueError(msg)
-            start_k, first = items.index(after[0]), after[1] + stride
+        start_k = 0 if after is None else items.index(after[0])  # checked when resumed
         skip = self._skip_marker
         live = _Cursor() if live is None else live
         with self._opened_files(order, start_k) as local:
@@ -129,8 +214,14 @@ class RecordStream:
                 file_index = items[k]
                 records = self._open_records(file_index, local)
                 try:
-                    start = first if k == start_k else shard.record_offset
-                    for r, raw in itertools.islice(enumerate(records), start, None, stride):
+                    rows: Iterator[tuple[int, Any]] = enumerate(records)
+                    if k == start_k and after is not None:
+                        if next(itertools.islice(rows, after[1], None), None) is None:
+                            self._read_past_the_end(after)
+                        rows = itertools.islice(rows, stride - 1, None, stride)
+                    else:
+                        rows = itertools.islice(rows, shard.record_offset, None, stride)
+                    for r, raw in rows:
                         value = self._finish_at(raw, file_index, r)
                         if value is not skip:
                             live.read = position = (file_index, r)
@@ -139,6 +230,51 @@ class RecordStream:
                     _closing(records)
         if ends:
             live.ended = True
+
+    def _shard(self, order: list[int]) -> Shard[int]:
+        return shard_for_worker(order, rank=self.rank, world_size=self.world_size)
+
+    def _read_past_the_end(self, read: Position) -> None:
+        msg = (
+            f"{type(self).__name__}: state['read'] is record {read[1]} of file {read[0]}, past "
+            "the end of that file; the files changed since the state was saved, or it was "
+            "edited: resume with the files it was saved with"
+        )
+        raise ValueError(msg)
+
+    def _check_saved_positions(
+        self, owner: str, read: Position | None, buffered: Sequence[Position]
+    ) -> None:
+        """Refuses saved positions this shard cannot have read before: another shard's
+        records, or buffered records that come after the last one read."""
+        shard = self._shard(self._record_order())
+        place = {f: k for k, f in enumerate(shard.items)}
+
+        def stream_place(entry: str, position: Position) -> tuple[int, int]:
+            f, r = position
+            offset, stride = shard.record_offset, shard.record_stride
+            if f not in place or r < offset or (r - offset) % stride:
+                msg = (
+                    f"{owner}: {entry} is record {r} of file {f}, which this shard (shard "
+                    f"{shard.index} of {shard.count}, rank x worker) does not read in epoch "
+                    f"{self.epoch}: it reads files {shard.items}, every record {offset}, "
+                    f"{offset} + {stride}, ... of each; resume with the same files, epoch and "
+                    "topology the state was saved with"
+                )
+                raise ValueError(msg)
+            return place[f], r
+
+        if read is None:
+            return
+        last = stream_place("state['read']", read)
+        for k, position in enumerate(buffered):
+            if stream_place(f"state['buffer'][{k}]", position) > last:
+                msg = (
+                    f"{owner}: state['buffer'][{k}] is record {position[1]} of file "
+                    f"{position[0]}, which comes after state['read'] (record {read[1]} of file "
+                    f"{read[0]}): a buffered record was read before it ({damaged(owner)})"
+                )
+                raise ValueError(msg)
 
     def _finish_at(self, raw: Any, file_index: int, record: int) -> Any:
         """The sample of ``raw``, its random draws keyed by its position in the files.
@@ -179,7 +315,8 @@ class RecordStream:
         if missing:
             msg = (
                 f"{type(self).__name__}: cannot re-read the record(s) at (file, record) "
-                f"{missing[:4]} that the saved state holds; the files changed since it was saved"
+                f"{missing[:4]} that state['buffer'] holds: past the end of the file or a record "
+                "it skips; the files changed since the state was saved, or it was edited"
             )
             raise ValueError(msg)
         return [found[p] for p in positions]
@@ -208,9 +345,17 @@ class RecordStream:
         return reader_state(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood."""
-        state = check_stream_state(type(self).__name__, state, STATE_KIND)
-        self.epoch = int(state["epoch"])
+        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood.
+
+        Raises:
+            ValueError: ``state`` is not a state of this reader, or it was damaged or
+                edited (the message names the entry and its value).
+        """
+        from stoker.streams.shuffle import check_positions_state
+
+        files = len(self._record_order())
+        state = check_positions_state(type(self).__name__, state, files, self.shuffle_buffer)
+        self.epoch = state["epoch"]
         self._resume = state
 
     # -- cheap captures (stoker._state_capture) ------------------------------------------

@@ -29,7 +29,9 @@ stores its samples themselves (they must pickle), plus that dataset's own ``stat
 over one without ``state_dict`` it keeps no state (a loader replays it). A loader's worker
 captures the state after every batch (see :mod:`stoker._state_capture`): positions are
 copied, a buffer of samples only marked in a log of its steps, from which its samples at
-that mark are rebuilt if the state is asked for.
+that mark are rebuilt if the state is asked for. Loading a state checks every entry
+(:func:`check_positions_state`) and loads the dataset's own state at once: a damaged or
+edited one raises a ``ValueError`` naming the entry, never resumes with other records.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from stoker._state_capture import capture, captured, holds_state
-from stoker._validate import check_int, check_optional_int
+from stoker._validate import check_int, check_optional_int, is_int
 from stoker.datasets import IterableDataset, is_iterable_dataset
 from stoker.engine.random_scopes import current_scope
 from stoker.seeding import epoch_rng
@@ -55,12 +57,22 @@ from stoker.streams._records import (
     RecordStream,
     check_shard,
     check_stream_state,
+    state_error,
+    state_int,
+    state_list,
+    state_shard,
 )
 
-__all__ = ["ShuffleBuffer"]
+__all__ = ["ShuffleBuffer", "check_positions_state"]
 
 _BUFFER_KIND = "stoker.shuffle_buffer"
 _NO_PLACE = (-1, -1)  # a sample of a stream that is not a reader has no position
+_POSITIONS_KEYS = ("kind", "epoch", "shard", "read", "buffer", "rng")
+_SAMPLES_KEYS = ("kind", "epoch", "shard", "samples", "inner", "rng", "ran_out")
+_START_ENTRIES = (("epoch", "shard", "an int >= 0"), ("shard", "epoch", "[index, count]"))
+_POSITION_BOUND = 2**63  # positions are stored as int64
+_PCG64_BOUND = 2**128  # PCG64's state and increment are 128-bit
+_PCG64_KEYS = {"bit_generator", "state", "has_uint32", "uinteger"}
 
 
 def buffer_rng(seed: int | None, fallback: int, epoch: int, shard: int) -> np.random.Generator:
@@ -75,6 +87,133 @@ def buffer_rng(seed: int | None, fallback: int, epoch: int, shard: int) -> np.ra
     return epoch_rng(base, epoch, shard)
 
 
+def _check_rng_state(owner: str, rng: Any) -> None:
+    """Refuses a ``state['rng']`` that is not the state of a PCG64 generator."""
+    inner = rng.get("state") if isinstance(rng, Mapping) else None
+    if (
+        not isinstance(rng, Mapping)
+        or set(rng) != _PCG64_KEYS
+        or rng["bit_generator"] != "PCG64"
+        or not isinstance(inner, Mapping)
+        or set(inner) != {"state", "inc"}
+        or not all(is_int(v) and 0 <= v < _PCG64_BOUND for v in inner.values())
+        or inner["inc"] % 2 == 0  # PCG64 keeps its increment odd
+        or rng["has_uint32"] not in (0, 1)
+        or not (is_int(rng["uinteger"]) and 0 <= rng["uinteger"] < 2**32)
+    ):
+        must = (
+            "the state of a PCG64 generator (bit_generator 'PCG64', state and an odd inc, "
+            "ints in [0, 2**128), has_uint32 0 or 1, uinteger in [0, 2**32))"
+        )
+        raise state_error(owner, "state['rng']", rng, must)
+
+
+def _saved_position(owner: str, entry: str, value: Any, files: int) -> Position:
+    pair = value.tolist() if isinstance(value, np.ndarray) else value
+    if (
+        not isinstance(pair, (list, tuple))
+        or len(pair) != 2
+        or not all(is_int(v) and 0 <= v < _POSITION_BOUND for v in pair)
+        or pair[0] >= files
+    ):
+        must = f"[file, record]: ints in [0, 2**63), the file in [0, {files - 1}] ({files} files)"
+        raise state_error(owner, entry, value, must)
+    return int(pair[0]), int(pair[1])
+
+
+def _buffered_positions(owner: str, value: Any, files: int, size: int | None) -> list[Position]:
+    """``state['buffer']``: distinct positions, no more than the buffer loading it holds."""
+    rows = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 2 else value
+    rows = state_list(owner, "state['buffer']", rows)
+    buffer = [_saved_position(owner, f"state['buffer'][{k}]", p, files) for k, p in enumerate(rows)]
+    first: dict[Position, int] = {}
+    for k, position in enumerate(buffer):
+        if position in first:
+            must = f"a position of its own (state['buffer'][{first[position]}] holds it too)"
+            raise state_error(owner, f"state['buffer'][{k}]", position, must)
+        first[position] = k
+    if len(buffer) > (size or 0):
+        into = f"a buffer of {size} records" if size else "a reader without shuffle_buffer"
+        must = f"at most {size or 0} positions, as the state is loaded into {into}"
+        raise state_error(owner, "state['buffer']", rows, must, got=f"{len(buffer)} positions")
+    return buffer
+
+
+def check_positions_state(owner: str, state: Any, files: int, size: int | None) -> dict[str, Any]:
+    """``state`` if it is a whole positions state of a reader of ``files`` files.
+
+    ``size``: the buffer of the reader (or :class:`ShuffleBuffer`) loading it, ``None``
+    for none. The checks that need the shard (which records this worker reads) wait for
+    the iteration (``RecordStream._check_saved_positions``).
+
+    Raises:
+        ValueError: naming the entry that is missing, mistyped or out of range.
+    """
+    state = check_stream_state(owner, state, STATE_KIND, _POSITIONS_KEYS)
+    state["epoch"] = state_int(owner, "state['epoch']", state["epoch"])
+    state["shard"] = state_shard(owner, state["shard"])
+    read = state["read"]
+    if read is not None:
+        read = _saved_position(owner, "state['read']", read, files)
+    buffer = _buffered_positions(owner, state["buffer"], files, size)
+    if buffer and read is None:
+        must = "a position, as state['buffer'] holds records read"
+        raise state_error(owner, "state['read']", read, must)
+    if state["rng"] is not None:
+        _check_rng_state(owner, state["rng"])
+    state["read"] = None if read is None else list(read)
+    state["buffer"] = np.asarray(buffer, dtype=np.int64).reshape(-1, 2)
+    return state
+
+
+def _check_samples_state(owner: str, state: Any, size: int) -> dict[str, Any]:
+    """``state`` if it is a whole state of a :class:`ShuffleBuffer` that stores its samples."""
+    state = check_stream_state(owner, state, _BUFFER_KIND, _SAMPLES_KEYS)
+    if state["epoch"] is None and state["shard"] is None:
+        return _check_start_state(owner, state)
+    for key, other, kind in _START_ENTRIES:
+        if state[key] is None:  # (both are None at an epoch's start, one alone never)
+            must = f"{kind} while state[{other!r}] is {state[other]!r} (both None: epoch start)"
+            raise state_error(owner, f"state[{key!r}]", None, must)
+    state["epoch"] = state_int(owner, "state['epoch']", state["epoch"])
+    state["shard"] = state_shard(owner, state["shard"])
+    samples = state_list(owner, "state['samples']", state["samples"])
+    if len(samples) > size:
+        must = f"at most {size} samples, as the state is loaded into a buffer of {size}"
+        raise state_error(owner, "state['samples']", samples, must, got=f"{len(samples)} samples")
+    if state["rng"] is not None:
+        _check_rng_state(owner, state["rng"])
+    elif samples:
+        raise state_error(
+            owner, "state['rng']", None, "a generator's state once samples were buffered"
+        )
+    state["ran_out"] = _state_flag(owner, "state['ran_out']", state["ran_out"])
+    return state
+
+
+def _state_flag(owner: str, entry: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise state_error(owner, entry, value, "True or False")
+    return bool(value)
+
+
+def _check_start_state(owner: str, state: dict[str, Any]) -> dict[str, Any]:
+    """A state of an epoch's start (``epoch`` and ``shard`` None, see ``_captured_state``):
+    it holds its source's state only, no sample and no generator."""
+    samples = state_list(owner, "state['samples']", state["samples"])
+    if samples:
+        must = "[] in a state of an epoch's start (state['epoch'] and state['shard'] None)"
+        raise state_error(owner, "state['samples']", samples, must, got=f"{len(samples)} samples")
+    if state["rng"] is not None:
+        must = "None in a state of an epoch's start (state['epoch'] and state['shard'] None)"
+        raise state_error(owner, "state['rng']", state["rng"], must)
+    if _state_flag(owner, "state['ran_out']", state["ran_out"]):
+        must = "False in a state of an epoch's start (state['epoch'] and state['shard'] None)"
+        raise state_error(owner, "state['ran_out']", True, must)
+    state["samples"], state["ran_out"] = [], False
+    return state
+
+
 def _restored_rng(state: Mapping[str, Any]) -> np.random.Generator:
     rng = np.random.Generator(np.random.PCG64())
     rng.bit_generator.state = dict(state)
@@ -85,8 +224,8 @@ class _Live:
     """What one iteration holds: buffer, generator, last record read (the state's source)."""
 
     __slots__ = (
-        "buffer", "ended", "epoch", "journal", "logged_from", "marks", "places", "read", "rng",
-        "shard", "steps",
+        "buffer", "ended", "epoch", "journal", "logged_from", "marks", "places", "ran_out",
+        "read", "rng", "shard", "steps",
     )  # fmt: skip
 
     def __init__(self, epoch: int, shard: tuple[int, int], rng: Any, buffer: list[Any], read: Any):
@@ -95,6 +234,9 @@ class _Live:
         # buffer, so a state (captured after every batch a process worker loads) copies one array
         self.places = array.array("q", [v for p, _ in buffer for v in (p or _NO_PLACE)])
         self.ended = False  # the iteration is over: what follows is the next epoch's start
+        # the source ran out: the buffer drains, and a state taken now must not read the
+        # source again (a stream may rewind itself at its end, its state then its next epoch's)
+        self.ran_out = False
         self.steps = 0  # samples taken out of the buffer
         # a buffer of samples, while a capture of it lives: each step since the oldest such
         # capture, as (place taken, entry taken, entries refilled), so that a capture is a mark
@@ -117,7 +259,10 @@ class _Live:
         """A capture of this buffer of samples now: O(1), whatever the buffer holds."""
         if self.journal is None:
             self.journal, self.logged_from = collections.deque(), self.steps
-        mark = _Mark(self, self.steps, self.rng.bit_generator.state, inner, self.epoch, self.shard)
+        mark = _Mark(
+            self, self.steps, self.rng.bit_generator.state, inner, self.epoch, self.shard,
+            ran_out=self.ran_out,
+        )  # fmt: skip
         self.marks.append((self.steps, weakref.ref(mark, self._forget)))
         self._trim()
         return mark
@@ -151,27 +296,36 @@ class _Live:
 
 class _Mark:
     """A capture of a :class:`ShuffleBuffer` over samples: the step it was taken at, the
-    generator's state then and its source's capture; ``live`` is None at an epoch's start."""
+    generator's state then and its source's capture (and whether that source had run out);
+    ``live`` is None at an epoch's start."""
 
-    __slots__ = ("__weakref__", "epoch", "inner", "live", "rng", "shard", "step")
+    __slots__ = ("__weakref__", "epoch", "inner", "live", "ran_out", "rng", "shard", "step")
 
     def __init__(
-        self, live: _Live | None, step: int, rng: Any, inner: Any, epoch: int, shard: Any
+        self,
+        live: _Live | None,
+        step: int,
+        rng: Any,
+        inner: Any,
+        epoch: int,
+        shard: Any,
+        *,
+        ran_out: bool = False,
     ) -> None:
         self.live, self.step, self.rng, self.inner = live, step, rng, inner
-        self.epoch, self.shard = epoch, shard
+        self.epoch, self.shard, self.ran_out = epoch, shard, ran_out
 
 
 def _shuffled(source: Iterator[tuple[Any, Any]], size: int, live: _Live) -> Iterator[Any]:
     """Fill the buffer to ``size``, yield a random entry, repeat; drain it at the end."""
-    buffer, places, rng, exhausted = live.buffer, live.places, live.rng, False
+    buffer, places, rng = live.buffer, live.places, live.rng
     while True:
         refills = 0
-        while not exhausted and len(buffer) < size:
+        while not live.ran_out and len(buffer) < size:
             try:
                 entry = next(source)
             except StopIteration:
-                exhausted = True
+                live.ran_out = True
             else:
                 places.extend(entry[0] or _NO_PLACE)
                 buffer.append(entry)
@@ -209,6 +363,7 @@ def _start_positioned(
         if resume.get("rng") is not None:
             rng = _restored_rng(resume["rng"])
         positions = _positions(resume, "buffer")
+        stream._check_saved_positions(owner, after, positions)
         buffer = list(zip(positions, stream._read_positions(positions), strict=True))
     if size is not None and rng is None:
         rng = buffer_rng(seed, stream.seed, epoch, shard[0])
@@ -297,16 +452,17 @@ class ShuffleBuffer(IterableDataset[Any]):
         rank, world = getattr(self.dataset, "rank", None), getattr(self.dataset, "world_size", None)
         shard = current_shard(rank=rank, world_size=world)
         rng, buffer = None, []
-        if resume is not None:
-            if resume.get("shard") is not None:  # (an epoch's start belongs to no shard)
+        if resume is not None:  # its inner state was loaded with it
+            if resume["shard"] is not None:  # (an epoch's start belongs to no shard)
                 check_shard("ShuffleBuffer", resume, rank, world)
-            if resume.get("inner") is not None:
-                self.dataset.load_state_dict(resume["inner"])
             rng = _restored_rng(resume["rng"]) if resume.get("rng") is not None else None
             buffer = [(None, s) for s in resume["samples"]]
         if rng is None:
             rng = buffer_rng(self.seed, 0, self.epoch, shard[0])
         live = self._live = _Live(self.epoch, shard, rng, buffer, None)
+        if resume is not None and resume["ran_out"]:  # drains its buffer, reads no more
+            live.ran_out = True
+            return _shuffled(iter(()), self.size, live)
         source = ((None, s) for s in iter(self.dataset))
         return _shuffled(source, self.size, live)
 
@@ -323,15 +479,29 @@ class ShuffleBuffer(IterableDataset[Any]):
             return _Live(self.epoch, shard, None, [], None).positions_state()
         return {
             "kind": _BUFFER_KIND, "epoch": self.epoch, "shard": list(shard), "samples": [],
-            "inner": None, "rng": None,
+            "inner": None, "rng": None, "ran_out": False,
         }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood."""
-        kind = STATE_KIND if self._by_position() else _BUFFER_KIND
-        state = check_stream_state("ShuffleBuffer", state, kind)
+        """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood.
+
+        Raises:
+            ValueError: ``state`` is not a state of this buffer, or it was damaged or
+                edited (the message names the entry and its value).
+        """
+        if self._by_position():
+            files = len(self.dataset._record_order())
+            state = check_positions_state("ShuffleBuffer", state, files, self.size)
+        else:
+            state = _check_samples_state("ShuffleBuffer", state, self.size)
         if state["epoch"] is not None:  # (an epoch's start takes the epoch the loader sets)
-            self.set_epoch(int(state["epoch"]))
+            self.set_epoch(state["epoch"])
+        if not self._by_position() and state["inner"] is not None:
+            load = getattr(self.dataset, "load_state_dict", None)
+            if not callable(load):
+                must = f"None: {type(self.dataset).__name__} has no load_state_dict"
+                raise state_error("ShuffleBuffer", "state['inner']", state["inner"], must)
+            load(state["inner"])
         self._resume = state
 
     # -- cheap captures (stoker._state_capture) ------------------------------------------
@@ -376,6 +546,7 @@ class ShuffleBuffer(IterableDataset[Any]):
             "samples": live.samples_at(snapshot.step) if live is not None else [],
             "inner": captured(self.dataset, snapshot.inner),
             "rng": snapshot.rng,
+            "ran_out": snapshot.ran_out,
         }
 
     def __repr__(self) -> str:

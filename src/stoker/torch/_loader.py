@@ -300,10 +300,12 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         them again.
         """
         pinning = self._pinning() if self._pinning is not None else None
-        if pinning is None or self._progress is None:
+        if pinning is None or self._progress is None or not pinning.started:
+            # no thread has read ahead (an iterator not yet started belongs to the next
+            # epoch: the state is where the last epoch's iterator left the loader)
             return super().state_dict()
         with pinning.paused() as held:
-            return self._state(held=held)
+            return self._state(held=held, finished=pinning.ended)
 
     def close(self) -> None:
         """Stops the pinning thread and persistent workers; safe to call twice."""

@@ -266,6 +266,7 @@ class PinningIterator:
         self._stop = threading.Event()
         self._length = length
         self._done = False
+        self.ended = False  # the consumer received the source's StopIteration
         self._pulls = _Pulls()
         self._delivered = 0
         self._thread = threading.Thread(
@@ -315,6 +316,7 @@ class PinningIterator:
                         "the pinning thread exited without ending the stream"
                     ) from None
         if isinstance(item, _End):
+            self.ended = True
             self.close()
             raise StopIteration
         if isinstance(item, _Failure):
@@ -327,6 +329,11 @@ class PinningIterator:
     def read_ahead(self) -> int:
         """The most batches it holds undelivered: its queue's, and one being pinned."""
         return self._queue.maxsize + 1
+
+    @property
+    def started(self) -> bool:
+        """Whether the thread has started (at the first ``next()``, when lazy)."""
+        return self._thread.ident is not None
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[int]:
