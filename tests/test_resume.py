@@ -299,7 +299,7 @@ def test_iterable_datasets_with_state_resume_mid_epoch(stop_at) -> None:
     run_test_save_load_state(_stream_loader, stop_at=stop_at, epochs=2)
 
 
-def test_iterable_datasets_without_state_say_so_mid_epoch_and_with_workers_save_each() -> None:
+def test_iterable_datasets_without_state_are_replayed_and_with_workers_save_each() -> None:
     from stoker import IterableDataset
 
     class Stream(IterableDataset):
@@ -309,14 +309,14 @@ def test_iterable_datasets_without_state_say_so_mid_epoch_and_with_workers_save_
     loader = DataLoader(Stream(), batch_size=3)
     it = iter(loader)
     next(it)
-    with pytest.raises(
-        ValueError,
-        match="cannot save a mid-epoch state of this IterableDataset loader: Stream has no "
-        "state_dict",
-    ):
-        loader.state_dict()
-    list(it)
-    assert loader.state_dict()["epoch"] == 1  # at the epoch boundary it works
+    state = loader.state_dict()  # nothing holds the stream's place: it counts the samples
+    assert state["stream"] == {
+        "dataset": None, "iterator": None, "taken": 3, "ended": False, "replay": True
+    }  # fmt: skip
+    resumed = DataLoader(Stream(), batch_size=3)
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == [b.tolist() for b in it]
+    assert loader.state_dict()["epoch"] == 1  # at the epoch boundary
 
     class Stateful(CountingStream, IterableDataset):
         pass

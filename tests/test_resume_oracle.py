@@ -32,8 +32,10 @@ SAMPLERS = (
 )
 
 
-DATASETS = ("map", "stream", "stream-wrong-len")
+DATASETS = ("map", "stream", "stream-wrong-len", "stream-stateless", "own-iterator", "shuffled")
 TORCH_SAMPLERS = (*SAMPLERS, "torch-random", "torch-random-generator")
+TWO = Loading(num_workers=2)
+TWO_KEPT = Loading(num_workers=2, persistent_workers=True)
 
 
 @st.composite
@@ -109,6 +111,23 @@ def test_a_resumed_torch_loader_continues_the_uninterrupted_run(data: st.DataObj
     [
         # found by the oracle, kept as examples: (each says what went wrong before)
         (Config(dataset="map", seed=None), SavePoint(0, -2)),
+        # a stream that rewinds itself at its end, saved after a worker's last batch (before
+        # the loop's StopIteration): that worker's stream was read again
+        (Config(dataset="stream", n=7, loading=TWO, resumed=TWO), SavePoint(0, 3)),
+        (Config(dataset="stream", n=7, loading=TWO_KEPT, resumed=TWO_KEPT), SavePoint(0, 3)),
+        # a buffer over that stream, the stream run out: saved while the buffer drained, or
+        # after its last sample (batch_size=None: before the loader saw the end), the resumed
+        # buffer read the stream again
+        (Config(dataset="shuffled", n=5, batch_size=None), SavePoint(0, 5)),
+        (Config(dataset="shuffled", n=5, batch_size=2), SavePoint(0, 2)),
+        (
+            Config(dataset="shuffled", n=9, batch_size=None, loading=TWO, resumed=TWO),
+            SavePoint(0, 8),
+        ),
+        # a dataset that is its own iterator, its state loaded before the iter() that rewinds
+        # it, restarted its epoch; a stream without a state was refused mid-epoch (replayed)
+        (Config(dataset="own-iterator", n=6), SavePoint(0, 2)),
+        (Config(dataset="stream-stateless", loading=Loading(num_workers=1)), SavePoint(0, 2)),
     ],
 )
 def test_resume_oracle_examples(config: Config, point: SavePoint) -> None:

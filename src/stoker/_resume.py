@@ -17,6 +17,7 @@ import collections
 import itertools
 import random
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,15 +64,27 @@ class Progress:
     recent: collections.deque[int] = field(
         default_factory=lambda: collections.deque(maxlen=_RECENT)
     )
-    # An iterable dataset read by workers: each worker's stream state after the last batch of
-    # it handed out, the worker whose batch comes next in the rotation, and what to undo to
-    # take deliveries back. ``resume_streams``: the states the workers load at the start.
-    streams: dict[int, Any] = field(default_factory=dict)
+    # An iterable dataset read by workers: for each worker, how many of its tasks of the epoch
+    # it had run when the last batch of it handed out came (its stream's state then is what
+    # a state asks it for: see stoker.engine.stream_state), the worker whose batch comes next
+    # in the rotation, and what to undo to take deliveries back. Small ints, whatever the
+    # stream. ``resume_streams``: the states the streams open from (a resumed epoch), by
+    # worker (0 without workers).
+    streams: dict[int, int] = field(default_factory=dict)
     next_worker: int = 0
     resume_streams: dict[int, Any] = field(default_factory=dict)
-    recent_streams: collections.deque[tuple[int, Any, int]] = field(
+    recent_streams: collections.deque[tuple[int, int | None, int]] = field(
         default_factory=lambda: collections.deque(maxlen=_RECENT)
     )
+    # the epoch's engine closed before its end: the stream states it collected on the way
+    # out, ``(streams, next_worker)``, or the error collecting them raised. The lock orders
+    # that with a state_dict() asking the live engine (a pinning thread may close it).
+    kept_streams: Any = None
+    # the epoch ended and its workers stopped while a pinning thread held ``h`` of its
+    # batches: by ``h``, the ``(streams, next_worker)`` a state taking them back needs (or
+    # the error collecting them raised); asked before the workers stopped
+    taken_back_streams: Any = None
+    stream_lock: threading.RLock = field(default_factory=threading.RLock)
 
     def deliver(self, batch_index: int) -> None:
         """Records that the batch at ``batch_index`` was handed out."""
@@ -85,13 +98,13 @@ class Progress:
         elif batch_index > self.floor:
             self.ahead.add(batch_index)
 
-    def deliver_stream(self, worker_id: int, state: Any, num_workers: int) -> None:
-        """Records that a batch of ``worker_id``'s stream, ``state`` after it, was handed out."""
+    def deliver_stream(self, worker_id: int, done: int, num_workers: int) -> None:
+        """Records that a batch of ``worker_id``'s stream, its ``done``-th task, was handed out."""
         self.recent_streams.append((worker_id, self.streams.get(worker_id), self.next_worker))
-        self.streams[worker_id] = state
+        self.streams[worker_id] = done
         self.next_worker = (worker_id + 1) % num_workers
 
-    def stream_resumable(self, held: int = 0) -> tuple[dict[int, Any], int]:
+    def stream_resumable(self, held: int = 0) -> tuple[dict[int, int], int]:
         """``(streams, next_worker)`` as if the last ``held`` deliveries had not happened."""
         streams, next_worker = dict(self.streams), self.next_worker
         undo = list(self.recent_streams)[len(self.recent_streams) - held :] if held else []

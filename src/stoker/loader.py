@@ -32,6 +32,7 @@ from stoker._resume import (
     restore_global_generators,
     skip_batches,
 )
+from stoker._state_capture import holds_state
 from stoker._thread_safety import is_thread_safe, warn_shared_handles
 from stoker._validate import check_int
 from stoker.bad_samples import ErrorReport
@@ -39,11 +40,12 @@ from stoker.collate import default_collate, default_convert
 from stoker.engine.autotune import AutoTuner, available_memory
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.mode_trial import ModeTrial
-from stoker.engine.multi_worker import MultiWorkerIterator
+from stoker.engine.multi_worker import MultiWorkerIterator, next_epoch_streams
 from stoker.engine.plan import EpochHooks, EpochPlan
 from stoker.engine.pool import Pool, PoolState, WorkerPool
 from stoker.engine.ray_workers import RayPool, RayWorkers, ray_options
 from stoker.engine.single_process import SingleProcessIterator
+from stoker.engine.stream_state import start_state
 from stoker.profiling.copy_on_read import (
     compact_large_containers,
     find_large_containers,
@@ -276,6 +278,8 @@ class DataLoader(Generic[T]):
         )
         self._length_reported: int | None = None  # len() of an IterableDataset loader, once asked
         self._progress: Progress | None = None
+        self._engine: weakref.ref[Any] | None = None  # the epoch's engine iterator (its streams)
+        self._start_state_warned = False
         self._resume: dict[str, Any] | None = None
         self._pool: Pool | None = None
         self._autotuner: AutoTuner | None = None
@@ -399,10 +403,12 @@ class DataLoader(Generic[T]):
             replace_pool=self._replace_pool if trial is not None else None,
         )
         if self.num_workers == 0:
-            return SingleProcessIterator(
+            single = SingleProcessIterator(
                 self._worker_spec(), hooks, progress=progress, index_iter=index_iter,
-                first_position=first_position, stats=self._stats,
+                first_position=first_position, stats=self._stats, take_backs=self._take_backs(),
             )  # fmt: skip
+            self._engine = weakref.ref(single)
+            return single
         if not self.persistent_workers:
             pool = self._new_pool()
             self._live_pool = weakref.ref(pool)  # for stats(); the iterator owns it
@@ -415,7 +421,7 @@ class DataLoader(Generic[T]):
                 self._pool_finalizer = weakref.finalize(self, self._pool.shutdown)
                 self._autotuner = self._new_autotuner()
             pool = self._pool
-        return MultiWorkerIterator(
+        multi = MultiWorkerIterator(
             self._epoch_plan(),
             hooks,
             pool,
@@ -427,6 +433,12 @@ class DataLoader(Generic[T]):
             autotuner=self._autotuner,
             mode_trial=trial,
         )
+        self._engine = weakref.ref(multi)
+        return multi
+
+    def _take_backs(self) -> int:
+        """Deliveries a state may have to take back (stoker.torch's pinning thread reads ahead)."""
+        return 0
 
     def _worker_mode_trial(self) -> ModeTrial | None:
         """worker_mode="auto": the measurement of threads against processes, while it runs."""
@@ -487,6 +499,7 @@ class DataLoader(Generic[T]):
             dataset_name=type(self.dataset).__name__,
             dataset_has_len=self._iterable and _has_len(self.dataset),
             batches=None if self._iterable else _epoch_batches(self),
+            take_backs=self._take_backs(),
         )
 
     def _workers_changed(self, num_workers: int, prefetch_factor: int) -> None:
@@ -542,16 +555,12 @@ class DataLoader(Generic[T]):
         )  # fmt: skip
         self._progress = progress
         if self._iterable:
-            if resume is not None and resume.get("exhausted"):
-                progress.done = True  # saved after the epoch's last batch: nothing is left
-            elif resume is not None and (resume.get("dataset") is not None or "workers" in resume):
+            if resume is not None and ("stream" in resume or "workers" in resume):
                 self._resume_stream(resume, progress)
             elif skip:
                 msg = (
                     f"this state is {skip} batches into epoch {epoch} of an IterableDataset but "
-                    "holds no dataset state to resume the stream from; save states at epoch "
-                    "boundaries, or give the dataset state_dict / load_state_dict and load with "
-                    "num_workers=0"
+                    "holds no state of its stream to resume from; pass what state_dict() returned"
                 )
                 raise ValueError(msg)
             return progress, None, progress.samples
@@ -594,41 +603,60 @@ class DataLoader(Generic[T]):
         return draw
 
     def _resume_stream(self, resume: Mapping[str, Any], progress: Progress) -> None:
-        """Puts an iterable dataset's stream (or each worker's) back where ``resume`` left it.
+        """Gives each shard of the stream the state it opens from (see _stream_state).
 
         A state saved with ``num_workers=0`` resumes with 1 worker and the other way round:
-        both read the one shard of the stream, in the same order with the same seeds.
+        both read the one shard of the stream, in the same order with the same seeds. A
+        state of the main process's dataset before its iteration began (an epoch's start)
+        resumes with any number of workers: they copy the dataset it is loaded into.
         """
-        saved = resume["workers"]["num_workers"] if "workers" in resume else 0
-        if saved != self.num_workers and {saved, self.num_workers} != {0, 1}:
-            msg = (
-                f"this state was saved mid-epoch by a loader with num_workers={saved}, and this "
-                f"one has num_workers={self.num_workers}: each worker of an IterableDataset "
-                "reads its own shard of the stream, so a stream resumes only with the same "
-                "number of workers (or with 0 and 1 workers, which read the same single shard). "
-                f"Pass num_workers={saved}, or save at an epoch boundary to change it."
+        if "workers" in resume:
+            workers = resume["workers"]
+            saved, streams, next_worker = (
+                workers["num_workers"],
+                dict(workers["streams"]),
+                workers["next"],
             )
-            raise ValueError(msg)
-        if self.num_workers == 0:
-            if saved == 1:  # the one worker's stream, as the main process reads it
-                stream = resume["workers"]["streams"].get(0)
-                if stream is not None:
-                    self.dataset.load_state_dict(stream["dataset"])
-                    progress.samples = stream["taken"]
+        else:
+            saved, streams, next_worker = 0, {0: resume["stream"]}, 0
+        if saved != self.num_workers and {saved, self.num_workers} != {0, 1}:
+            if saved == 0 and _before_iter(streams[0]):
+                self.dataset.load_state_dict(streams[0]["dataset"])  # the workers copy it
                 return
-            self.dataset.load_state_dict(resume["dataset"])  # it resumes its own stream
-            progress.samples = resume.get("samples", 0)
-            return
-        if saved == 0:  # the main process's stream, handed to the one worker
-            stream = {"dataset": resume["dataset"], "taken": resume.get("samples", 0)}
-            progress.streams = {0: stream}
-            progress.resume_streams = {0: stream}
-            progress.next_worker = 0
-            return
-        workers = resume["workers"]
-        progress.streams = dict(workers["streams"])
-        progress.resume_streams = dict(workers["streams"])  # each worker loads its own
-        progress.next_worker = workers["next"]
+            raise ValueError(self._worker_count_refusal(resume, saved, streams))
+        progress.resume_streams = streams
+        progress.next_worker = next_worker
+        replayed = {w: s["taken"] for w, s in streams.items() if _replays(s)}
+        if replayed:
+            where = (
+                ", ".join(f"worker {w}: {n}" for w, n in sorted(replayed.items()))
+                if self.num_workers
+                else f"the stream: {replayed[0]}"
+            )
+            self._note(
+                f"resume: {type(self.dataset).__name__} keeps no state, so the resumed epoch "
+                f"replays the {sum(replayed.values())} samples delivered before the state was "
+                f"saved ({where}) and drops them"
+            )
+
+    def _worker_count_refusal(
+        self, resume: Mapping[str, Any], saved: int, streams: Mapping[int, Any]
+    ) -> str:
+        if resume["batches"] == 0 and all(_before_iter(s) for s in streams.values()):
+            return (
+                f"this state was saved at the start of epoch {resume['epoch']} by a loader whose "
+                f"{saved} persistent workers each held their own copy of "
+                f"{type(self.dataset).__name__}, with its own state, and this one has "
+                f"num_workers={self.num_workers}: each copy resumes in its own worker. Pass "
+                f"num_workers={saved}, or save the state before the workers start to change it."
+            )
+        return (
+            f"this state was saved mid-epoch by a loader with num_workers={saved}, and this "
+            f"one has num_workers={self.num_workers}: each worker of an IterableDataset "
+            "reads its own shard of the stream, so a stream resumes only with the same "
+            "number of workers (or with 0 and 1 workers, which read the same single shard). "
+            f"Pass num_workers={saved}, or save at an epoch boundary to change it."
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands, to resume exactly there with :meth:`load_state_dict`.
@@ -637,10 +665,13 @@ class DataLoader(Generic[T]):
         epoch boundary, after the last batch. Small (no batch is stored: the place the
         epoch has reached, and with ``in_order=False`` the few batches delivered beyond
         it). With a map-style dataset the number of workers may differ when it is loaded.
-        A mid-epoch state of an IterableDataset resumes with the same number of process
-        workers, or moves between ``num_workers=0`` and ``1`` (one shard either way); any
-        other change raises a ``ValueError`` naming both numbers (``docs/streams.md``).
-        Custom samplers take part by implementing ``state_dict`` / ``load_state_dict``.
+        A mid-epoch state of an IterableDataset holds each stream's state (its dataset's
+        and its iterator's ``state_dict()``, or, with neither, the count of samples it
+        delivered, which a resumed loader replays) and resumes with the same number of
+        process workers, or moves between ``num_workers=0`` and ``1`` (one shard either
+        way); any other change raises a ``ValueError`` naming both numbers
+        (``docs/streams.md``). With workers, taking it asks each worker for its stream's
+        state. Custom samplers take part by implementing ``state_dict`` / ``load_state_dict``.
         """
         return self._state(held=0)
 
@@ -678,11 +709,8 @@ class DataLoader(Generic[T]):
             )
         else:
             state = mid_epoch_state(progress, held)
-            if self._iterable:
-                if progress.done and held == 0:
-                    state["exhausted"] = True  # every batch handed out: the stream is not read
-                else:
-                    state.update(self._stream_state(progress, held))
+        if self._iterable:  # what the stream needs, whenever the state is taken
+            state.update(self._stream_state(progress, held, at_start=progress is None or finished))
         if torch_generator and self._torch_seed is not None:
             state["torch_seed"], state["torch_seed_epoch"] = self._torch_seed
         else:
@@ -693,42 +721,118 @@ class DataLoader(Generic[T]):
         state["version"] = STATE_VERSION
         return state
 
-    def _stream_state(self, progress: Progress, held: int) -> dict[str, Any]:
-        """Where an iterable dataset's stream stands, mid-epoch (see :meth:`state_dict`).
+    def _stream_state(
+        self, progress: Progress | None, held: int, *, at_start: bool
+    ) -> dict[str, Any]:
+        """Where an iterable dataset's streams stand (NOTE [ Stream states ] in
+        :mod:`stoker.engine.stream_state`), for :meth:`state_dict`.
 
-        Without workers, the dataset's own state. With process workers, each worker's
-        state after the last batch of its stream you received (not the batches it loaded
-        ahead), and the worker whose batch comes next: small, positions and no data.
+        Mid-epoch: each stream's state after the last of its batches you received (not the
+        batches loaded ahead), asked of the workers now, and the worker whose batch comes
+        next. ``at_start`` (the next epoch's start): what the next epoch's streams open
+        from, the dataset's own state now (the main process's, or each persistent worker's).
         """
         owner = type(self.dataset).__name__
-        why = ""
-        if not callable(getattr(self.dataset, "state_dict", None)) or not callable(
-            getattr(self.dataset, "load_state_dict", None)
-        ):
-            why = f"{owner} has no state_dict / load_state_dict"
-        elif self.num_workers > 0 and self.worker_mode == "thread":
-            why = (
-                f"its {self.num_workers} thread workers share one {owner} object, so it holds "
-                "one place for all of them; use process workers"
-            )
-        if why:
+        threads = self.num_workers > 0 and self.worker_mode == "thread"
+        if threads and at_start:
+            return {}  # the next epoch's threads iterate the dataset object as it is then
+        if threads and holds_state(self.dataset):
             msg = (
-                f"cannot save a mid-epoch state of this IterableDataset loader: {why}. Save at an "
-                "epoch boundary, or resume streams from a dataset that implements "
-                "state_dict / load_state_dict (stoker's stream readers do)."
+                "cannot save a mid-epoch state of this IterableDataset loader: its "
+                f"{self.num_workers} thread workers share one {owner} object, so it holds one "
+                "place for all of them; use process workers. Save at an epoch boundary, or "
+                "resume streams from a dataset that implements state_dict / load_state_dict "
+                "(stoker's stream readers do)."
             )
             raise ValueError(msg)
+        if at_start:
+            streams, next_worker = self._start_streams(), 0
+        else:
+            streams, next_worker = self._running_streams(progress, held)  # type: ignore[arg-type]
+        if any(_replays(s) for s in streams.values()):
+            self._note(
+                f"state_dict: {owner} has no state_dict / load_state_dict, nor has the iterator "
+                "its __iter__ returns, so this state only counts the samples each stream "
+                "delivered: resuming from it replays them and drops them. Give the dataset or "
+                "its iterator state_dict / load_state_dict to resume without reading them again."
+            )
         if self.num_workers == 0:
-            return {"dataset": self.dataset.state_dict(), "samples": progress.samples}
-        streams, next_worker = progress.stream_resumable(held)
+            return {"stream": streams[0]} if 0 in streams else {}
+        if at_start and not streams:
+            return {}
         return {
             "workers": {"num_workers": self.num_workers, "streams": streams, "next": next_worker}
         }
+
+    def _start_streams(self) -> dict[int, Any]:
+        """What the next epoch's streams open from (see _stream_state), by worker."""
+        if self.num_workers == 0:
+            try:
+                state = start_state(self.dataset)
+            except Exception as exc:  # a state_dict() that needs a running iteration
+                if not self._start_state_warned:
+                    self._start_state_warned = True
+                    name = type(self.dataset).__name__
+                    _log.warning(
+                        "state_dict: %s.state_dict() raised %s (%s) before its iteration began, "
+                        "so this state holds no state of %s: a loader resumed from it starts "
+                        "%s as it is built",
+                        name, type(exc).__name__, exc, name, name,
+                    )  # fmt: skip
+                return {}
+            return {} if state is None else {0: state}
+        pool = self._pool
+        if self.persistent_workers and pool is not None and pool.state is PoolState.RUNNING:
+            return next_epoch_streams(pool, self._epoch)
+        return {}  # the next epoch's workers copy the dataset as it is then
+
+    def _running_streams(self, progress: Progress, held: int) -> tuple[dict[int, Any], int]:
+        """Each stream's state now, from the live engine or what it kept when it closed."""
+        if progress.done and held == 0 and self.num_workers:
+            # the engine saw the epoch's end, the loop not yet (a pinning thread ran ahead):
+            # every stream ended; persistent workers' copies carry their state on
+            return self._ended_streams(), 0
+        with progress.stream_lock:
+            taken_back = progress.taken_back_streams
+            if progress.done and taken_back is not None:
+                # ... and the pinning thread still holds ``held`` batches: the workers were
+                # asked where their streams stood before them as the epoch ended
+                if isinstance(taken_back, BaseException):
+                    raise taken_back
+                if held not in taken_back:
+                    raise AssertionError(f"cannot take back {held} deliveries of an ended epoch")
+                return taken_back[held]
+            kept = progress.kept_streams
+            if kept is None:
+                engine = self._engine() if self._engine is not None else None
+                if engine is None:
+                    raise AssertionError("the epoch's engine is gone and kept no stream state")
+                return engine.stream_states(held)
+        if isinstance(kept, BaseException):
+            raise kept
+        if held:
+            raise AssertionError(f"cannot take back {held} deliveries of a closed epoch")
+        return kept
+
+    def _ended_streams(self) -> dict[int, Any]:
+        """Every worker's stream at its end: what the next epoch starts from, and no more."""
+        copies = self._start_streams() if self.persistent_workers else {}
+        ended = {"dataset": None, "iterator": None, "taken": 0, "ended": True, "replay": False}
+        return {w: {**ended, **copies.get(w, {}), "ended": True} for w in range(self.num_workers)}
+
+    def _note(self, text: str) -> None:
+        """A note for stats() and the log, once: what a state or a resume costs."""
+        if self._stats.note(text):
+            _log.warning("%s", text)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next ``iter(loader)`` continue from ``state`` (see :meth:`state_dict`)."""
         self._resume = check_state(state, self._index_sampler)
         self._progress = None
+        if self._iterable and self._pool is not None:
+            # each stream opens from the loaded state in a new worker, as in a new loader (the
+            # running workers' copies of the dataset hold where their streams went since)
+            self.close()
 
     def stats(self) -> LoaderStats:
         """Time per stage, throughput, bytes in flight and the slowest work so far.
@@ -975,6 +1079,21 @@ class _EpochIterator:
         close = getattr(self._inner, "close", None)
         if close is not None:
             close()
+
+
+def _before_iter(stream: Mapping[str, Any]) -> bool:
+    """A stream's state that is only its dataset's, from before its iteration began."""
+    return (
+        stream.get("iterator") is None
+        and not stream.get("taken")
+        and not stream.get("ended")
+        and not stream.get("replay")
+    )
+
+
+def _replays(stream: Mapping[str, Any]) -> bool:
+    """A stream's state that resumes by drawing its delivered samples again."""
+    return bool(stream.get("replay")) and not stream.get("ended") and stream.get("taken", 0) > 0
 
 
 def _epoch_batches(loader: DataLoader[Any]) -> int | None:

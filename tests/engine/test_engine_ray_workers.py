@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import stoker
-from stoker.engine.messages import Failed, StartEpoch, StartupFailed, Task
-from stoker.engine.multi_worker import _rebuild
+from stoker.engine.messages import Failed, StartEpoch, StartupFailed, Task, rebuild_error
 from stoker.engine.ray_workers import unsendable_answer
 
 
@@ -79,7 +78,7 @@ def test_an_epoch_start_ray_could_not_carry_back_is_the_workers_start_up_failure
     answer = unsendable_answer(4, StartEpoch(epoch=0, seed=1), _unpicklable_return())
     assert isinstance(answer, StartupFailed)
     assert not hasattr(answer, "task_id")  # no task number for the iterator to look up
-    error = _rebuild(answer.failure, 4, "in worker_init_fn or while starting the worker", None)
+    error = rebuild_error(answer.failure, 4, "in worker_init_fn or while starting the worker", None)
     assert isinstance(error, pickle.PicklingError)
     assert str(error) == "cannot pickle '_thread.lock' object"
     assert "Raised in stoker worker 4" in "\n".join(getattr(error, "__notes__", []))

@@ -76,6 +76,7 @@ REFUSALS = [
     for pattern in (
         r"thread workers share one .* object, so it holds one place for all of them",
         r"a stream resumes only with the same number of workers",
+        r"persistent workers each held their own copy of .*: each copy resumes in its own worker",
     )
 ]
 

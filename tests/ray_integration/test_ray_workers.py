@@ -114,6 +114,22 @@ def test_iterable_dataset_is_sharded_over_actors_and_persistent_actors_serve_two
     assert wait_no_stoker_actors() == []
 
 
+@pytest.mark.parametrize("stream", ["StatefulIterator", "Stateless"])
+def test_a_stream_read_by_actors_resumes_where_the_loop_stopped(cluster, stream) -> None:
+    from harness import streams
+
+    def make():
+        return stoker.DataLoader(
+            getattr(streams, stream)(40), batch_size=4, collate_fn=list, generator=2,
+            num_workers=2, worker_mode=ON_LOADING_NODES,
+        )  # fmt: skip
+
+    whole, head, rest, state = streams.round_trip(make, 3)
+    assert set(state["workers"]["streams"]) == {0, 1}  # each actor was asked for its state
+    assert head + rest == whole
+    assert wait_no_stoker_actors() == []
+
+
 def test_a_dataset_error_arrives_with_its_type_index_actor_and_traceback(cluster) -> None:
     loader = stoker.DataLoader(FailsAt(16, bad=5), batch_size=4, num_workers=2, worker_mode="ray")
     it = iter(loader)

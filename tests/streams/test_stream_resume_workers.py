@@ -60,7 +60,7 @@ def test_a_resumed_epoch_delivers_exactly_the_rest(
         assert set(state["workers"]) == {"num_workers", "streams", "next"}
         assert state["workers"]["num_workers"] == 2 and set(state["workers"]["streams"]) <= {0, 1}
     else:
-        assert "workers" not in state and state["dataset"]["kind"] == "stoker.stream"
+        assert "workers" not in state and state["stream"]["dataset"]["kind"] == "stoker.stream"
 
     resumed = loader_over(str(tmp_path), **options)
     resumed.load_state_dict(state)

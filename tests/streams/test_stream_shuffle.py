@@ -212,8 +212,9 @@ def test_resuming_reads_no_consumed_record_again(tmp_path) -> None:
     rest = [key(r) for batch in resumed for r in batch]
     assert head + rest == whole
     assert sorted(parsed) == sorted(rest)  # every record parsed once: none of the 24 delivered
-    assert len(state["dataset"]["buffer"]) == 15  # the buffer is stored as positions ...
-    assert all(len(p) == 2 for p in state["dataset"]["buffer"])  # ... (file, record) pairs
+    buffered = state["stream"]["dataset"]["buffer"]
+    assert len(buffered) == 15  # the buffer is stored as positions ...
+    assert all(len(p) == 2 for p in buffered)  # ... (file, record) pairs
 
 
 @pytest.mark.parametrize(

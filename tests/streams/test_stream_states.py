@@ -294,6 +294,96 @@ def test_a_shuffle_buffer_of_samples_checks_its_state(folder) -> None:
     assert_resumes(make, state, head, whole)
 
 
+class Rewinding(Counting):
+    """A :class:`Counting` that rewinds itself at its end: its state is then the next epoch's."""
+
+    def __iter__(self):
+        yield from super().__iter__()
+        self.next = 0
+
+
+# -- an epoch's start and a source's end: the forms the loader's captures give -------------
+
+
+def test_a_buffers_state_at_an_epochs_start_resumes_and_half_of_one_is_refused() -> None:
+    make = lambda: ShuffleBuffer(Counting(20), 4, seed=1)
+    start = make().state_dict()
+    assert start == {
+        "kind": "stoker.shuffle_buffer",
+        "epoch": None,
+        "shard": None,
+        "samples": [],
+        "inner": {"next": 0},
+        "rng": None,
+        "ran_out": False,
+    }
+    assert_resumes(make, start, [], list(make()))
+    end = damaged("ShuffleBuffer")
+    assert refusal(make, {**start, "shard": [0, 1]}) == (
+        "ShuffleBuffer.load_state_dict: state['epoch'] must be an int >= 0 while "
+        f"state['shard'] is [0, 1] (both None: epoch start), got None {end}"
+    )
+    assert refusal(make, {**start, "epoch": 0}) == (
+        "ShuffleBuffer.load_state_dict: state['shard'] must be [index, count] while "
+        f"state['epoch'] is 0 (both None: epoch start), got None {end}"
+    )
+    assert refusal(make, {**start, "samples": [3]}) == (
+        "ShuffleBuffer.load_state_dict: state['samples'] must be [] in a state of an epoch's "
+        f"start (state['epoch'] and state['shard'] None), got 1 samples {end}"
+    )
+    assert refusal(make, {**start, "ran_out": True}) == (
+        "ShuffleBuffer.load_state_dict: state['ran_out'] must be False in a state of an "
+        f"epoch's start (state['epoch'] and state['shard'] None), got True {end}"
+    )
+
+
+@pytest.mark.parametrize("taken", range(1, 7))
+def test_a_buffer_whose_stream_rewinds_at_its_end_does_not_read_it_again(taken) -> None:
+    """The stream ran out while the buffer drained: its state is the next epoch's, and the
+    resumed buffer read the whole stream again (the resume oracle's "shuffled" stream)."""
+    make = lambda: ShuffleBuffer(Rewinding(6), 4, seed=1)
+    whole, head, state = head_and_state(make, taken)
+    assert state["ran_out"] == (taken >= 4)  # its 4th sample comes after the stream's end
+    assert_resumes(make, state, head, whole)
+    assert refusal(make, {**state, "ran_out": 1}) == (
+        "ShuffleBuffer.load_state_dict: state['ran_out'] must be True or False, got 1 "
+        f"{damaged('ShuffleBuffer')}"
+    )
+
+
+@pytest.mark.parametrize("source", ["reader", "buffer"])
+def test_a_mix_resumes_after_a_source_ran_out_whatever_state_that_source_left(
+    folder, source
+) -> None:
+    """A reader that ran out holds no state (None), a buffer of samples an epoch's start."""
+    items = [("m", i) for i in range(40)]
+
+    def make() -> Mix:
+        first = JsonLines(folder) if source == "reader" else ShuffleBuffer(Rewinding(6), 4, seed=1)
+        return mix([first, (items, RandomSampler(items, generator=3))], on_exhausted="drop")
+
+    whole, head, state = head_and_state(make, 50 if source == "reader" else 14)
+    assert state["ran_out"] == [True, False] and state["active"] == [False, True]
+    if source == "reader":
+        assert state["sources"][0] is None
+    else:
+        assert (state["sources"][0]["epoch"], state["sources"][0]["shard"]) == (None, None)
+    assert_resumes(make, state, head, whole)
+    mid = state_after(make, 5)
+    name = "JsonLines" if source == "reader" else "ShuffleBuffer"
+    assert refusal(make, {**mid, "sources": [None, mid["sources"][1]]}) == (
+        f"Mix.load_state_dict: state['sources'][0] must be the state of its {name}: None only "
+        f"once it ran out (state['ran_out'][0] is False), got None {damaged('Mix')}"
+    )
+    if source == "buffer":  # the epoch's start it saved after its end, given while it ran
+        started = {**mid, "sources": [state["sources"][0], mid["sources"][1]]}
+        assert refusal(make, started) == (
+            "Mix.load_state_dict: state['sources'][0]['epoch'] must be 0, the mix's "
+            "state['epoch']: None (an epoch's start) only once it ran out (state['ran_out'][0] "
+            f"is False), got None {damaged('Mix')}"
+        )
+
+
 # -- the property: any such edit is refused by name, or changes nothing -------------------
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter
 from typing import Any
 
+from stoker._state_capture import capture, captured, holds_state
 from stoker.bad_samples import SkippedSample, skipped_sample
 from stoker.engine import random_scopes
 from stoker.engine.messages import add_note
@@ -250,17 +251,29 @@ class IterableFetcher:
     ``StopIteration`` from :meth:`fetch`. Random scopes are keyed by the stream's own
     sample count (and the worker id via ``epoch_seed``): a stream's content depends on
     the worker that reads it, so its augmentations may too.
+
+    ``resume``: the state (see :mod:`stoker.engine.stream_state`) the stream opens from, in
+    this order: the dataset's state is loaded, ``iter(dataset)`` is called, the iterator's
+    state is loaded into what it returned; a stream that holds neither is replayed up to
+    the samples it had drawn (each drawn as it was, then dropped). A stream saved after its
+    end is not iterated again: its epoch has nothing left. :meth:`capture` takes a cheap
+    snapshot of where the stream stands and :meth:`state_of` makes it a state.
     """
 
     __slots__ = (
         "_collate",
+        "_dataset",
+        "_dataset_part",
         "_drop_last",
         "_ended",
         "_epoch_seed",
         "_iterator",
+        "_iterator_part",
+        "_opened_ended",
         "_taken",
         "batch_size",
-    )
+        "replayed",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -269,20 +282,57 @@ class IterableFetcher:
         collate_fn: Callable[[Any], Any],
         drop_last: bool,
         epoch_seed: int = 0,
-        taken: int = 0,
+        resume: Mapping[str, Any] | None = None,
     ):
         self._epoch_seed = epoch_seed
-        self._taken = taken  # samples drawn this epoch so far (a resumed stream starts later)
-        scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
-        try:
-            scope.position = -1
-            self._iterator: Iterator[Any] = iter(dataset)
-        finally:
-            random_scopes.end(previous)
+        self._dataset = dataset
         self._collate = collate_fn
         self._drop_last = drop_last
-        self._ended = False
         self.batch_size = batch_size
+        self._taken = 0  # samples drawn this epoch so far (a resumed stream starts later)
+        self.replayed = 0  # samples drawn again, and dropped, to reach a stateless stream's place
+        self._opened_ended: Mapping[str, Any] | None = None
+        self._ended = False
+        if resume is not None and resume.get("dataset") is not None:
+            dataset.load_state_dict(resume["dataset"])
+        if resume is not None and resume.get("ended"):
+            self._iterator: Iterator[Any] = iter(())  # its epoch has nothing left
+            self._opened_ended, self._ended, self._taken = resume, True, resume.get("taken", 0)
+        else:
+            scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
+            try:
+                scope.position = -1
+                self._iterator = iter(dataset)
+            finally:
+                random_scopes.end(previous)
+        self._dataset_part = holds_state(dataset) and self._iterator is not dataset
+        self._iterator_part = holds_state(self._iterator)
+        if resume is None or self._opened_ended is not None:
+            return
+        if resume.get("iterator") is not None:
+            self._iterator.load_state_dict(resume["iterator"])  # type: ignore[attr-defined]
+        if resume.get("replay"):
+            self._replay(resume.get("taken", 0))
+        else:
+            self._taken = resume.get("taken", 0)
+
+    def _replay(self, samples: int) -> None:
+        """Draws the stream's first ``samples`` samples as the saved run drew them, and drops
+        them: how a stream without a state reaches its place."""
+        scope, previous = random_scopes.begin(self._epoch_seed, random_scopes.SAMPLE)
+        try:
+            iterator = self._iterator
+            while self._taken < samples:
+                scope.position = self._taken
+                try:
+                    next(iterator)
+                except StopIteration:
+                    self._ended = True
+                    break
+                self._taken += 1
+        finally:
+            random_scopes.end(previous)
+        self.replayed = self._taken
 
     @property
     def taken(self) -> int:
@@ -293,6 +343,37 @@ class IterableFetcher:
         """The stream ran out while filling the last batch."""
         return self._ended
 
+    @property
+    def keeps_state(self) -> bool:
+        """The dataset or its iterator holds the stream's place (else it is replayed)."""
+        return self._dataset_part or self._iterator_part
+
+    def capture(self) -> Any:
+        """A cheap snapshot of where the stream stands (see stoker._state_capture)."""
+        if self._opened_ended is not None:
+            return self._opened_ended  # nothing was read since: the state it opened from
+        return (
+            capture(self._dataset) if self._dataset_part else None,
+            capture(self._iterator) if self._iterator_part else None,
+            self._taken,
+            self._ended,
+        )
+
+    def state_of(self, snapshot: Any) -> dict[str, Any]:
+        """The state a snapshot from :meth:`capture` stands for (plain values, picklable)."""
+        if isinstance(snapshot, Mapping):
+            return dict(snapshot)
+        dataset_part, iterator_part, taken, ended = snapshot
+        return {
+            "dataset": None if dataset_part is None else captured(self._dataset, dataset_part),
+            "iterator": (
+                None if iterator_part is None else captured(self._iterator, iterator_part)
+            ),
+            "taken": taken,
+            "ended": ended,
+            "replay": not self.keeps_state,
+        }
+
     def fetch(self, batch_index: int = 0) -> Any:
         if self._ended:
             raise StopIteration
@@ -300,19 +381,23 @@ class IterableFetcher:
         try:
             if self.batch_size is None:
                 scope.position = self._taken
+                try:
+                    data = next(self._iterator)
+                except StopIteration:
+                    self._ended = True
+                    raise
                 self._taken += 1
-                data = next(self._iterator)
             else:
                 data = []
                 iterator = self._iterator
                 for _ in range(self.batch_size):
                     scope.position = self._taken
-                    self._taken += 1
                     try:
                         data.append(next(iterator))
                     except StopIteration:
                         self._ended = True
                         break
+                    self._taken += 1
                 if not data or (self._drop_last and len(data) < self.batch_size):
                     raise StopIteration
         finally:

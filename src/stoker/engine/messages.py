@@ -1,18 +1,22 @@
 """Every message that crosses between the trainer and a worker.
 
-Trainer -> worker: :class:`WorkerSpec` (once), :class:`StartEpoch`, :class:`Task`, and
-``None`` to stop. Worker -> trainer: :class:`Ready`, :class:`Done`, :class:`Exhausted`,
-:class:`Failed` (a task failed), :class:`StartupFailed` (the worker could not start).
-:class:`Undelivered` never crosses: the trainer makes it when an answer cannot be read.
-Messages are frozen dataclasses, built with keywords.
+Trainer -> worker: :class:`WorkerSpec` (once), :class:`StartEpoch`, :class:`Task`,
+:class:`StateRequest` (an iterable dataset's ``state_dict()``), and ``None`` to stop. Worker
+-> trainer: :class:`Ready`, :class:`Done`, :class:`Exhausted`, :class:`Failed` (a task
+failed), :class:`StartupFailed` (the worker could not start), :class:`StreamState` (the
+answer to a :class:`StateRequest`). :class:`Undelivered` never crosses: the trainer makes
+it when an answer cannot be read. Messages are frozen dataclasses, built with keywords.
 """
 
 from __future__ import annotations
 
+import contextlib
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stoker._errors import WorkerError
 from stoker.engine.slots import SlotRef
 
 __all__ = [
@@ -24,10 +28,13 @@ __all__ = [
     "Ready",
     "StartEpoch",
     "StartupFailed",
+    "StateRequest",
+    "StreamState",
     "Task",
     "Undelivered",
     "WorkerSpec",
     "add_note",
+    "rebuild_error",
 ]
 
 
@@ -68,8 +75,9 @@ class WorkerSpec:
 class StartEpoch:
     """Sets the epoch and seed; an iterable dataset's worker restarts its stream.
 
-    ``stream_state``: a resumed epoch's state of this worker's stream (what a :class:`Done`
-    carried for the last batch of it the consumer received), loaded before it reads on.
+    ``stream_state``: a resumed epoch's state of this worker's stream (what a
+    :class:`StreamState` answered for the last batch of it the consumer received), which it
+    opens its stream from (see :class:`stoker.engine.fetch.IterableFetcher`).
     """
 
     epoch: int
@@ -84,7 +92,9 @@ class Task:
     """Load one batch: ``indices`` for map-style datasets, ``None`` for the next stream batch.
 
     ``batch_index`` (the batch's place in the epoch) and ``position`` (its first sample's)
-    key the random scopes, so augmentations do not depend on the worker.
+    key the random scopes, so augmentations do not depend on the worker. ``keep_from``
+    (iterable datasets): the worker may drop the captures of its stream's state taken
+    before its ``keep_from``-th task of the epoch (the trainer will not ask for them).
     """
 
     task_id: int
@@ -93,6 +103,39 @@ class Task:
     slot: SlotRef | None
     batch_index: int
     position: int
+    keep_from: int = 0
+
+    __reduce__ = _reduce
+
+
+@dataclass(frozen=True, slots=True)
+class StateRequest:
+    """Asks for the state of the worker's stream after its ``after``-th task of ``epoch``.
+
+    ``after=0``: before its first task (the state its stream opened from, or for an epoch
+    the worker has not started, what its dataset holds now). Answered with a
+    :class:`StreamState` of the same ``request_id``.
+    """
+
+    request_id: int
+    epoch: int
+    after: int
+
+    __reduce__ = _reduce
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """A worker's answer to a :class:`StateRequest`: its stream's state, or why it has none.
+
+    ``state``: ``{"dataset", "iterator", "taken", "ended", "replay"}`` (see
+    :mod:`stoker.engine.stream_state`), or None when ``failure`` says what raised.
+    """
+
+    request_id: int
+    worker_id: int
+    state: Any
+    failure: Failure | None = None
 
     __reduce__ = _reduce
 
@@ -133,8 +176,6 @@ class Done:
     collate_s: float = 0.0
     slow: tuple[Any, ...] = ()  # (seconds, index) of its slowest samples, STOKER_PROFILE_SAMPLES=1
     idle_s: float = 0.0  # time the worker waited for work since its previous answer (autotuning)
-    # an iterable dataset with state_dict: its stream's state right after this batch
-    stream_state: Any = None
     # the worker could not map the task's slot ("OSError: ..."): the batch came without it
     slot_error: str = ""
 
@@ -199,3 +240,29 @@ class Undelivered:
     epoch: int
     worker_id: int
     error: BaseException
+
+
+def rebuild_error(failure: Failure, worker_id: int, where: str, pid: int | None) -> BaseException:
+    """The worker's exception, rebuilt (or a WorkerError describing it), with its story noted."""
+    error: BaseException | None = None
+    if failure.exception is not None:
+        try:
+            error = pickle.loads(failure.exception)
+        except Exception:
+            error = None
+    if error is None:
+        error = WorkerError(f"{failure.type_name}: {failure.text}")
+    pid_text = f" (pid {pid if pid is not None else failure.pid})" if failure.pid else ""
+    note = (
+        f"Raised in stoker worker {worker_id}{pid_text} {where}.\n"
+        f"Worker traceback (most recent call last):\n{_strip_header(failure.traceback)}"
+    )
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__
+        error.stoker_worker_id = worker_id  # type: ignore[attr-defined]
+    add_note(error, note)
+    return error
+
+
+def _strip_header(text: str) -> str:
+    header = "Traceback (most recent call last):\n"
+    return text[len(header) :] if text.startswith(header) else text

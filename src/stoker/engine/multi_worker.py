@@ -19,8 +19,8 @@ autotuner drives (:class:`~stoker.engine.autotune.Tunable`: ``workers``, ``prefe
 
 from __future__ import annotations
 
-import contextlib
-import pickle
+import functools
+import os
 import time
 import warnings
 import weakref
@@ -42,7 +42,6 @@ from stoker.engine.messages import (
     Done,
     Exhausted,
     Failed,
-    Failure,
     Initialised,
     Ready,
     StartEpoch,
@@ -50,16 +49,26 @@ from stoker.engine.messages import (
     Task,
     Undelivered,
     add_note,
+    rebuild_error,
 )
 from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.plan import EpochHooks, EpochPlan
 from stoker.engine.pool import Pending, Pool, PoolState, WorkerDeath
+from stoker.engine.stream_state import ask_workers
 from stoker.profiling.stats import StatsRecorder
 
-__all__ = ["MultiWorkerIterator"]
+__all__ = ["MultiWorkerIterator", "next_epoch_streams"]
 
 _POLL_S = 1.0  # a dead thread worker is noticed within this; process deaths wake us at once
 _MAX_RESTARTS_PER_TASK = 3
+_CLOSING_NOTE = (
+    "stoker: raised when the epoch's iterator closed before its end and asked its workers where "
+    "their streams stood, for a later state_dict()"
+)
+_ENDING_NOTE = (
+    "stoker: raised when the epoch ended and asked its workers where their streams stood before "
+    "the batches a pinning thread held, for a later state_dict()"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +145,11 @@ class MultiWorkerIterator:
         self._places: dict[int, int] = {}  # task id -> the batch's place in the epoch
         self._in_flight = 0  # this epoch's tasks sent and not yet answered
         self._rotation = progress.next_worker  # a resumed stream goes on with the next worker
-        self._stream_states: dict[int, tuple[int, Any]] = {}  # task id -> (worker, state after)
+        # an iterable dataset: each worker's tasks sent this epoch, and each task's worker and
+        # place among them (what a state asks that worker for: see stoker.engine.stream_state)
+        self._sent: list[int] = []
+        self._stream_tasks: dict[int, tuple[int, int]] = {}
+        self._take_backs = plan.take_backs
         self._sources_done = False
         self._finalizer: weakref.finalize | None = None
         # a thread pool's first task goes out alone (stoker.engine.head_start): due until
@@ -161,8 +174,12 @@ class MultiWorkerIterator:
         self._unserved = set(range(pool.num_workers))
         self._recent_slots: list[list[int]] = [[] for _ in range(pool.num_workers)]
         self._head_start_due = pool.mode == "thread" and pool.num_workers > 1
-        if self._owns_pool:
-            self._finalizer = weakref.finalize(self, pool.shutdown)
+        self._sent = [0] * pool.num_workers
+        if self._owns_pool or self._iterable:
+            self._finalizer = weakref.finalize(
+                self, _end_epoch, pool, self._progress if self._iterable else None,
+                self._generation, self._owns_pool,
+            )  # fmt: skip
         for worker_id in range(pool.num_workers):
             if pool.is_started(worker_id):
                 pool.send(worker_id, self._start_epoch(worker_id))
@@ -228,6 +245,7 @@ class MultiWorkerIterator:
             self._dispatch()  # skipped entries left the reorder buffer: room in the budget
             if not self._mine_pending() and self._sources_done:
                 self._progress.done = True
+                self._keep_take_backs()
                 self.close()
                 raise StopIteration
             wait = _POLL_S
@@ -262,10 +280,9 @@ class MultiWorkerIterator:
         """The user's batch for a ready entry (raising a worker's error); ``SKIPPED`` if empty."""
         self._dispatch()
         self._progress.deliver(self._places.pop(task_id))
-        if self._stream_states:
-            stream = self._stream_states.pop(task_id, None)
-            if stream is not None:
-                self._progress.deliver_stream(*stream, self._pool.num_workers)
+        if self._iterable:
+            worker_id, done = self._stream_tasks.pop(task_id)
+            self._progress.deliver_stream(worker_id, done, self._pool.num_workers)
         if type(item) is _Accounted:  # on_error="skip": count in delivery order
             self._record_bad_samples(item.attempted, item.skipped)  # type: ignore[misc]
             if item.empty:
@@ -309,6 +326,7 @@ class MultiWorkerIterator:
                 if item is not SKIPPED:
                     return task_id, item
                 self._places.pop(task_id, None)
+                self._stream_tasks.pop(task_id, None)
             return None
         while ready:
             task_id = min(ready)
@@ -316,6 +334,7 @@ class MultiWorkerIterator:
             if item is not SKIPPED:
                 return task_id, item
             self._places.pop(task_id, None)
+            self._stream_tasks.pop(task_id, None)
         return None
 
     def _mine_pending(self) -> bool:
@@ -364,9 +383,16 @@ class MultiWorkerIterator:
             self._in_flight += 1
             ledger.load[worker_id] += 1
             self._unserved.discard(worker_id)
+            keep_from = 0
+            if self._iterable:
+                self._sent[worker_id] += 1
+                self._stream_tasks[task_id] = (worker_id, self._sent[worker_id])
+                # the captures a state may still ask for: after the worker's last delivered
+                # batch, or after one that many deliveries back (a pinning thread's read-ahead)
+                keep_from = max(0, self._progress.streams.get(worker_id, 0) - self._take_backs)
             task = Task(
                 task_id=task_id, epoch=self._epoch, indices=indices, slot=slot,
-                batch_index=self._batch_index, position=self._position,
+                batch_index=self._batch_index, position=self._position, keep_from=keep_from,
             )  # fmt: skip
             pool.send(worker_id, task)
             if self._head_start_due:
@@ -459,20 +485,12 @@ class MultiWorkerIterator:
             self._pool.initialised.add(worker_id)
             return
         if isinstance(message, StartupFailed):
-            error = _rebuild(
+            error = rebuild_error(
                 message.failure, worker_id, "in worker_init_fn or while starting the worker", None
             )
             self._close_broken()
             raise error
-        pending = self._ledger.pending.pop(message.task_id, None)
-        if pending is None or pending.worker_id != worker_id:
-            raise AssertionError(
-                f"worker {worker_id} answered task {message.task_id} it was not given"
-            )
-        self._ledger.load[worker_id] -= 1
-        pool_slots = self._pool.slots
-        if pending.slot is not None and pending.slot.index not in leased and pool_slots is not None:
-            pool_slots.release(pending.slot.index)
+        pending = _settle(self._pool, worker_id, message, leased)
         if isinstance(message, Exhausted):
             self._active[worker_id] = False
         if message.task_id < self._first_task:
@@ -483,8 +501,6 @@ class MultiWorkerIterator:
             if message.slot_error:
                 self._warn_slot_map(message, pending)
             self._ready[message.task_id] = self._on_done(message, pending, leased)
-            if message.stream_state is not None:
-                self._stream_states[message.task_id] = (worker_id, message.stream_state)
         elif isinstance(message, Exhausted):
             self._ready[message.task_id] = SKIPPED
         elif isinstance(message, Failed):
@@ -494,7 +510,9 @@ class MultiWorkerIterator:
                 else "while iterating its copy of the IterableDataset"
             )
             pid = self._pool.pid(worker_id)
-            self._ready[message.task_id] = _Raise(_rebuild(message.failure, worker_id, where, pid))
+            self._ready[message.task_id] = _Raise(
+                rebuild_error(message.failure, worker_id, where, pid)
+            )
         elif isinstance(message, Undelivered):
             self._ready[message.task_id] = _Raise(self._undelivered(message, pending))
         else:
@@ -541,6 +559,37 @@ class MultiWorkerIterator:
         )
         return error
 
+    # -- stream states (NOTE [ Stream states ] in stoker.engine.stream_state) -----------
+    def stream_states(self, held: int) -> tuple[dict[int, Any], int]:
+        """Each worker's stream state as if the last ``held`` deliveries had not happened, and
+        the worker whose batch comes next: asked of the workers now (see ask_workers)."""
+        if self._ledger.generation != self._generation or self._pool.state is not PoolState.RUNNING:
+            raise AssertionError("the stream states of an epoch whose workers moved on")
+        return _collect_streams(
+            self._pool, self._progress, held, receive=self._receive, on_death=self._handle_death
+        )
+
+    def _keep_take_backs(self) -> None:
+        """The epoch's end, before its own workers stop: the states a ``state_dict()`` taking
+        back a pinning thread's undelivered batches may ask for, asked now (each worker's
+        stream has ended, so each holds at most those batches' samples).
+        """
+        progress = self._progress
+        held = min(self._take_backs, len(progress.recent_streams))
+        if not (self._iterable and self._owns_pool and held):
+            return
+        with progress.stream_lock:
+            try:
+                progress.taken_back_streams = {
+                    h: _collect_streams(
+                        self._pool, progress, h, receive=self._receive, on_death=self._handle_death
+                    )
+                    for h in range(1, held + 1)
+                }
+            except Exception as exc:  # told by the state_dict() that needs it
+                add_note(exc, _ENDING_NOTE)
+                progress.taken_back_streams = exc
+
     # -- autotuning: the Tunable protocol of stoker.engine.autotune ------------------
     @property
     def workers(self) -> int:
@@ -564,6 +613,7 @@ class MultiWorkerIterator:
         worker_id = pool.add_worker()
         self._active.append(True)
         self._recent_slots.append([])
+        self._sent.append(0)
         self._unserved.add(worker_id)
         pool.send(worker_id, StartEpoch(epoch=self._epoch, seed=self._seed))
         self._recorder.stats.num_workers = pool.num_workers
@@ -799,30 +849,105 @@ class MultiWorkerIterator:
         self._sources_done = True
 
 
-def _rebuild(failure: Failure, worker_id: int, where: str, pid: int | None) -> BaseException:
-    """The worker's exception, rebuilt (or a WorkerError describing it), with its story noted."""
-    error: BaseException | None = None
-    if failure.exception is not None:
-        try:
-            error = pickle.loads(failure.exception)
-        except Exception:
-            error = None
-    if error is None:
-        error = WorkerError(f"{failure.type_name}: {failure.text}")
-    pid_text = f" (pid {pid if pid is not None else failure.pid})" if failure.pid else ""
-    note = (
-        f"Raised in stoker worker {worker_id}{pid_text} {where}.\n"
-        f"Worker traceback (most recent call last):\n{_strip_header(failure.traceback)}"
+def _settle(pool: Pool, worker_id: int, message: Any, leased: set[int]) -> Pending:
+    """Books a task's answer: off the ledger and the worker's load, its slot freed unless the
+    batch holds it (a lease, released when the batch goes)."""
+    ledger = pool.ledger
+    pending = ledger.pending.pop(message.task_id, None)
+    if pending is None or pending.worker_id != worker_id:
+        raise AssertionError(f"worker {worker_id} answered task {message.task_id} it was not given")
+    ledger.load[worker_id] -= 1
+    pool_slots = pool.slots
+    if pending.slot is not None and pending.slot.index not in leased and pool_slots is not None:
+        pool_slots.release(pending.slot.index)
+    return pending
+
+
+def _settle_unwaited(pool: Pool, worker_id: int, message: Any, leased: set[int]) -> None:
+    """An answer nobody waits for (its epoch is closing): booked, and dropped."""
+    if isinstance(message, Ready):
+        pool.pids[worker_id] = message.pid
+    elif isinstance(message, Initialised):
+        pool.initialised.add(worker_id)
+    elif not isinstance(message, StartupFailed):
+        _settle(pool, worker_id, message, leased)
+
+
+def _collect_streams(
+    pool: Pool, progress: Progress, held: int, *, receive: Any, on_death: Any
+) -> tuple[dict[int, Any], int]:
+    """Asks every started worker for its stream's state after the last of its batches that
+    was delivered (``held`` deliveries back); a worker not started yet opens its stream from
+    the state it was given, or afresh."""
+    done, next_worker = progress.stream_resumable(held)
+    requests: dict[int, tuple[int, int]] = {}
+    states: dict[int, Any] = {}
+    for worker_id in range(pool.num_workers):
+        if pool.is_started(worker_id):
+            requests[worker_id] = (progress.epoch, done.get(worker_id, 0))
+        elif worker_id in progress.resume_streams:
+            states[worker_id] = progress.resume_streams[worker_id]
+    answers = ask_workers(pool, requests, receive=receive, on_death=on_death)
+    states.update(_answered_states(pool, answers))
+    return dict(sorted(states.items())), next_worker
+
+
+def next_epoch_streams(pool: Pool, epoch: int) -> dict[int, Any]:
+    """What each started worker of a persistent pool opens epoch ``epoch``'s stream from:
+    its copy of the dataset's state now (workers with nothing to restore left out)."""
+    requests = {w: (epoch, 0) for w in range(pool.num_workers) if pool.is_started(w)}
+    answers = ask_workers(
+        pool, requests, receive=functools.partial(_settle_unwaited, pool), on_death=_ignore
     )
-    with contextlib.suppress(AttributeError):  # an exception type with __slots__
-        error.stoker_worker_id = worker_id  # type: ignore[attr-defined]
-    add_note(error, note)
-    return error
+    return _answered_states(pool, answers)
 
 
-def _strip_header(text: str) -> str:
-    header = "Traceback (most recent call last):\n"
-    return text[len(header) :] if text.startswith(header) else text
+def _ignore(death: WorkerDeath) -> None:
+    """A death while the epoch closes: the pool's shutdown that follows reaps the worker."""
+
+
+def _answered_states(pool: Pool, answers: dict[int, Any]) -> dict[int, Any]:
+    """The states in workers' answers; the first failure is raised as the worker's error."""
+    states = {}
+    for worker_id, answer in sorted(answers.items()):
+        if answer.failure is not None:
+            where = "while it captured its stream's state for state_dict()"
+            raise rebuild_error(answer.failure, worker_id, where, pool.pid(worker_id))
+        if answer.state is not None:
+            states[worker_id] = answer.state
+    return states
+
+
+def _end_epoch(pool: Pool, progress: Progress | None, generation: int, shutdown: bool) -> None:
+    """How an epoch's iterator ends, closed or garbage collected (its ``weakref.finalize``).
+
+    An iterable dataset's epoch that ends before its last batch first keeps its streams'
+    states in ``progress`` (a state_dict() after a ``break`` resumes there); not at
+    interpreter exit, nor once a newer epoch took the workers, nor in a forked child that
+    frees its copy of the iterator (the workers are the trainer's). Then a pool the epoch
+    owns is shut down.
+    """
+    exiting = getattr(weakref.finalize, "_shutdown", False)  # set while atexit runs finalizers
+    if (
+        progress is not None
+        and not progress.done
+        and not exiting
+        and pool.state is PoolState.RUNNING
+        and pool.ledger.generation == generation
+        and os.getpid() == getattr(pool, "_owner_pid", None)
+    ):
+        with progress.stream_lock:
+            if progress.kept_streams is None:
+                try:
+                    progress.kept_streams = _collect_streams(
+                        pool, progress, 0, receive=functools.partial(_settle_unwaited, pool),
+                        on_death=_ignore,
+                    )  # fmt: skip
+                except Exception as exc:  # told by the state_dict() that needs it
+                    add_note(exc, _CLOSING_NOTE)
+                    progress.kept_streams = exc
+    if shutdown:
+        pool.shutdown()
 
 
 def _copy_tree(obj: Any) -> Any:

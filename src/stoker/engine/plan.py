@@ -34,6 +34,9 @@ class EpochPlan:
     dataset_name: str  # for messages
     dataset_has_len: bool  # an IterableDataset with a length is checked against it instead
     batches: int | None = None  # batches in the epoch when the sampler knows (map-style)
+    # deliveries a state_dict() may take back (a pinning thread's read-ahead): an iterable
+    # dataset's workers keep their streams' states that far back
+    take_backs: int = 0
 
 
 @dataclass(frozen=True, slots=True)

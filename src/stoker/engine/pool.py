@@ -363,9 +363,16 @@ class WorkerPool:
         def send(message: Any, _allocator: Any) -> None:
             results.put((worker_id, message))
 
+        def receive_ready() -> list[Any]:
+            ready = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    ready.append(tasks.get_nowait())
+            return ready
+
         thread = threading.Thread(
             target=run_worker,
-            args=(worker_id, self.spec, tasks.get, send, self._attach_leased, False),
+            args=(worker_id, self.spec, tasks.get, send, self._attach_leased, False, receive_ready),
             name=f"stoker-worker-{worker_id}",
             daemon=True,
         )

@@ -10,6 +10,8 @@ the epoch, what to report), never from the loader itself.
 
 from __future__ import annotations
 
+import collections
+import weakref
 from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 from stoker._resume import Progress
 from stoker._skipped import SKIPPED
 from stoker.engine.fetch import AllSkipped, IterableFetcher, MapFetcher
-from stoker.engine.messages import WorkerSpec
+from stoker.engine.messages import WorkerSpec, add_note
 from stoker.engine.plan import EpochHooks
 from stoker.profiling.stats import StatsRecorder
 
@@ -35,11 +37,13 @@ class SingleProcessIterator:
             None for an iterable dataset.
         first_position: the place in the epoch of that batch's first sample.
         stats: where stage times go (``loader.stats()``).
+        take_backs: deliveries a state may take back (a pinning thread's read-ahead): the
+            stream's state after each of that many last batches is captured and kept.
     """
 
     __slots__ = (
-        "_batch_index", "_deliver", "_delivered_ahead", "_fetcher", "_index_iter", "_position",
-        "_progress", "_record_bad_samples", "_recorder",
+        "__weakref__", "_batch_index", "_captures", "_deliver", "_delivered_ahead", "_fetcher",
+        "_finalizer", "_index_iter", "_position", "_progress", "_record_bad_samples", "_recorder",
     )  # fmt: skip
 
     def __init__(
@@ -51,6 +55,7 @@ class SingleProcessIterator:
         index_iter: Iterator[Any] | None,
         first_position: int,
         stats: StatsRecorder,
+        take_backs: int = 0,
     ) -> None:
         self._deliver = hooks.deliver
         self._record_bad_samples = hooks.record_bad_samples
@@ -63,15 +68,22 @@ class SingleProcessIterator:
         self._delivered_ahead = frozenset(progress.ahead)
         self._position = first_position
         self._fetcher: MapFetcher | IterableFetcher
+        self._captures: collections.deque[Any] | None = None
+        self._finalizer: weakref.finalize | None = None
         if index_iter is None:
-            self._fetcher = IterableFetcher(
+            fetcher = self._fetcher = IterableFetcher(
                 spec.dataset,
                 spec.batch_size,
                 spec.collate_fn,
                 spec.drop_last,
                 progress.seed,
-                first_position,
+                resume=progress.resume_streams.get(0),
             )
+            progress.samples = fetcher.taken
+            if take_backs:
+                self._captures = collections.deque([fetcher.capture()], maxlen=take_backs + 1)
+            # closed (or dropped) before its end, it keeps where the stream stood
+            self._finalizer = weakref.finalize(self, _keep_stream, fetcher, progress)
         else:
             self._fetcher = MapFetcher(
                 spec.dataset, spec.auto_collation, spec.collate_fn, spec.skip_errors
@@ -97,6 +109,8 @@ class SingleProcessIterator:
                 batch = SKIPPED
             progress.deliver(self._batch_index)
             self._batch_index += 1
+            if self._captures is not None:
+                self._captures.append(self._fetcher.capture())  # type: ignore[union-attr]
             if batch is not SKIPPED:
                 self._recorder.delivered(perf_counter() - entered)
                 return self._deliver(batch)
@@ -107,8 +121,6 @@ class SingleProcessIterator:
         batch = fetcher.fetch(self._batch_index)
         samples = fetcher.taken - progress.samples
         progress.samples = fetcher.taken
-        if fetcher.ended:
-            progress.done = True  # that was the last batch: a state now means the next epoch
         self._recorder.loaded(None, samples, perf_counter() - began, 0.0, self._batch_index)
         return batch
 
@@ -135,5 +147,36 @@ class SingleProcessIterator:
         )
         return batch
 
+    def stream_states(self, held: int) -> tuple[dict[int, Any], int]:
+        """The stream's state (``{0: state}``, as by worker) as if the last ``held``
+        deliveries had not happened, and ``0``: the worker whose batch comes next."""
+        fetcher: IterableFetcher = self._fetcher  # type: ignore[assignment]
+        if not held:
+            return {0: fetcher.state_of(fetcher.capture())}, 0
+        captures = self._captures
+        if captures is None or held >= len(captures):
+            kept = 0 if captures is None else len(captures) - 1
+            raise AssertionError(f"cannot take back {held} deliveries, only {kept} are kept")
+        return {0: fetcher.state_of(captures[-1 - held])}, 0
+
     def close(self) -> None:
-        """Nothing runs in the background; here so every epoch iterator can be closed alike."""
+        """Ends the epoch (an iterable dataset's keeps where its stream stood); safe twice."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def _keep_stream(fetcher: IterableFetcher, progress: Progress) -> None:
+    """An epoch closed or dropped before its end keeps its stream's state in ``progress``."""
+    if progress.done:
+        return
+    with progress.stream_lock:
+        if progress.kept_streams is None:
+            try:
+                progress.kept_streams = ({0: fetcher.state_of(fetcher.capture())}, 0)
+            except Exception as exc:  # told by the state_dict() that needs it
+                add_note(
+                    exc,
+                    "stoker: raised when the epoch's iterator closed before its end and captured "
+                    "where its stream stood, for a later state_dict()",
+                )
+                progress.kept_streams = exc

@@ -4,7 +4,10 @@ A worker receives a :class:`~stoker.engine.messages.WorkerSpec` once, then a str
 :class:`StartEpoch` and :class:`Task` messages; it fetches through the same fetchers as
 the main process, collates (into a shared-memory slot for process workers) and reports
 :class:`Done`, :class:`Exhausted` or :class:`Failed`. ``None`` stops it. A process worker
-also stops when its parent disappears.
+also stops when its parent disappears. Over an iterable dataset it also captures its
+stream's state after every task and answers :class:`StateRequest` messages with it, ahead
+of the tasks queued before them (see NOTE [ Stream states ] in
+:mod:`stoker.engine.stream_state`).
 
 A process worker hands its encoded answers to a :class:`_Sender` thread, which writes them
 to the trainer, and goes straight on to its next task. Writing them from the loop itself
@@ -23,6 +26,7 @@ from per-sample scopes.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import faulthandler
 import os
@@ -51,10 +55,13 @@ from stoker.engine.messages import (
     Ready,
     StartEpoch,
     StartupFailed,
+    StateRequest,
+    StreamState,
     Task,
     WorkerSpec,
     add_note,
 )
+from stoker.engine.stream_state import StreamCaptures, start_state
 from stoker.seeding import _seed_worker_globals, _worker_seed
 
 __all__ = ["THREAD_ENV_VARS", "cap_threads", "process_worker_main", "run_worker"]
@@ -151,25 +158,52 @@ def run_worker(
     send: Callable[[Any, slots.SlotAllocator | None], None],
     attach: Callable[[slots.SlotRef], slots.SlotAllocator] | None,
     seed_globals: bool = True,
+    receive_ready: Callable[[], list[Any]] | None = None,
 ) -> None:
     """The loop itself. ``receive()`` returns the next message (``None`` to stop).
 
     ``seed_globals``: the worker owns its process, so it may seed the global RNGs and set
     process-wide state (process workers; a thread worker shares both with the trainer).
+    ``receive_ready()``: the messages that have already arrived, without waiting; before
+    each task of an iterable dataset the loop reads them, to answer state requests queued
+    behind tasks at once.
     """
     loop = _WorkerLoop(worker_id, spec, send, attach, seed_globals)
     send(Ready(worker_id=worker_id, pid=os.getpid()), None)
+    inbox: collections.deque[Any] = collections.deque()
+    read_ahead = receive_ready if spec.iterable else None
     while True:
-        waiting = perf_counter()
-        message = receive()
-        loop.idle += perf_counter() - waiting
+        if inbox:
+            message = inbox.popleft()
+        else:
+            waiting = perf_counter()
+            message = receive()
+            loop.idle += perf_counter() - waiting
         if message is None:
             return
         if isinstance(message, StartEpoch):
             if not loop.start_epoch(message):
                 return
+        elif isinstance(message, StateRequest):
+            loop.answer_state(message)
         else:
+            if read_ahead is not None:
+                inbox.extend(read_ahead())
+                _answer_requests_ahead(loop, inbox)
             loop.run_task(message)
+
+
+def _answer_requests_ahead(loop: _WorkerLoop, inbox: collections.deque[Any]) -> None:
+    """Answers the state requests among the tasks at the head of ``inbox`` (not past a
+    message that changes the epoch): they ask about tasks already done."""
+    kept: list[Any] = []
+    while inbox and isinstance(inbox[0], (Task, StateRequest)):
+        message = inbox.popleft()
+        if isinstance(message, StateRequest):
+            loop.answer_state(message)
+        else:
+            kept.append(message)
+    inbox.extendleft(reversed(kept))
 
 
 class _WorkerLoop:
@@ -191,12 +225,11 @@ class _WorkerLoop:
         self.initialised = False  # worker_init_fn runs at the first StartEpoch, once seeded
         self.left_to_user: frozenset[str] = frozenset()
         self.idle = 0.0  # time spent waiting for work since the last answer (autotuning)
-        self.resumed_taken = 0  # samples a resumed stream had drawn before its saved state
-        # an iterable dataset that can save its place: each batch carries the place after it
-        # (process workers only: thread workers share one dataset object, and one place)
-        self.stream_states = (
-            spec.iterable and seed_globals and callable(getattr(spec.dataset, "state_dict", None))
-        )
+        # an iterable dataset: the state a resumed epoch's stream opens from, the captures of
+        # its state after each task of the epoch, and how many tasks of the epoch are done
+        self.resume_stream: Any = None
+        self.captures = StreamCaptures()
+        self.tasks_done = 0
 
     def start_epoch(self, message: StartEpoch) -> bool:
         """Seeds the worker for the epoch (worker_init_fn the first time); False: it failed."""
@@ -219,14 +252,13 @@ class _WorkerLoop:
             set_epoch = getattr(spec.dataset, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(message.epoch)
-            self.resumed_taken = 0
-            if message.stream_state is not None:  # a resumed epoch: read on from the saved place
-                spec.dataset.load_state_dict(message.stream_state["dataset"])
-                self.resumed_taken = message.stream_state["taken"]
         except BaseException as exc:
             self.send(StartupFailed(worker_id=worker_id, failure=describe_failure(exc)), None)
             return False
         self.fetcher = None
+        self.resume_stream = message.stream_state  # opened, in torchdata's order, at the 1st task
+        self.captures.clear()
+        self.tasks_done = 0
         return True
 
     def run_task(self, task: Task) -> None:
@@ -239,6 +271,17 @@ class _WorkerLoop:
                 # Out of file descriptors or address space: the batch travels through the pipe
                 # instead (slower, nothing lost), and the trainer says why.
                 slot_error = f"{type(exc).__name__}: {exc}"
+        try:
+            self._load_and_answer(task, allocator, slot_error)
+        finally:
+            if self.spec.iterable:  # the stream's state now, for a state_dict()
+                self.tasks_done += 1
+                self.captures.keep_from(task.keep_from)
+                self._capture(self.tasks_done)
+
+    def _load_and_answer(
+        self, task: Task, allocator: slots.SlotAllocator | None, slot_error: str
+    ) -> None:
         try:
             batch = self._fetch(task, allocator)
         except StopIteration:
@@ -265,6 +308,43 @@ class _WorkerLoop:
             )
             self._fail(task, exc)
 
+    def _capture(self, done: int) -> None:
+        """Captures the stream's state after ``done`` tasks; a capture that raises is kept as
+        the failure to answer if that state is asked for."""
+        if not isinstance(self.fetcher, IterableFetcher):
+            return  # the stream did not open: a request for this state reports why again
+        try:
+            self.captures.add(done, self.fetcher.capture())
+        except Exception as exc:
+            self.captures.failed(done, describe_failure(exc))
+
+    def answer_state(self, request: StateRequest) -> None:
+        """Answers a :class:`StateRequest` with the stream's state, or what raised."""
+        state, failure = None, None
+        try:
+            state = self._stream_state(request)
+            if isinstance(state, Failure):
+                state, failure = None, state
+        except Exception as exc:
+            failure = describe_failure(exc)
+        answer = StreamState(
+            request_id=request.request_id, worker_id=self.worker_id, state=state, failure=failure
+        )
+        self.send(answer, None)
+
+    def _stream_state(self, request: StateRequest) -> Any:
+        fetcher = self.fetcher
+        if request.epoch != self.epoch or not isinstance(fetcher, IterableFetcher):
+            # a stream that has not opened (this epoch, or the next one): where it will start
+            if request.epoch == self.epoch and self.resume_stream is not None:
+                return self.resume_stream
+            try:
+                return start_state(self.spec.dataset)
+            except Exception:  # a state_dict() that needs a running iteration: none before it
+                return None
+        snapshot = self.captures.get(request.after)
+        return snapshot if isinstance(snapshot, Failure) else fetcher.state_of(snapshot)
+
     def _fetch(self, task: Task, allocator: slots.SlotAllocator | None) -> Any:
         spec = self.spec
         if self.fetcher is None:
@@ -275,13 +355,15 @@ class _WorkerLoop:
                     spec.collate_fn,
                     spec.drop_last,
                     _worker_seed(self.epoch_seed, self.worker_id),
-                    taken=self.resumed_taken,
+                    resume=self.resume_stream,
                 )
                 if spec.iterable
                 else MapFetcher(
                     spec.dataset, spec.auto_collation, spec.collate_fn, spec.skip_errors
                 )
             )
+            if spec.iterable:
+                self._capture(0)
         with collate_into(allocator) if allocator is not None else contextlib.nullcontext():
             if spec.iterable:
                 return self.fetcher.fetch(task.batch_index)  # type: ignore[call-arg]
@@ -307,10 +389,6 @@ class _WorkerLoop:
                 "fetch_s": fetcher.fetch_s,
                 "collate_s": fetcher.collate_s,
                 "slow": fetcher.slow_samples,
-            }
-        elif self.stream_states:
-            stages = {
-                "stream_state": {"dataset": self.spec.dataset.state_dict(), "taken": fetcher.taken}
             }
         done = Done(
             task_id=task.task_id,
@@ -448,7 +526,9 @@ def process_worker_main(
         return
     ends = _ProcessEnds(task_conn, result_conn, spec.segment_prefix, trainer_gone)
     try:
-        run_worker(worker_id, spec, ends.receive, ends.send, ends.attach)
+        run_worker(
+            worker_id, spec, ends.receive, ends.send, ends.attach, receive_ready=ends.receive_ready
+        )
     except KeyboardInterrupt:
         pass
     finally:
@@ -494,6 +574,16 @@ class _ProcessEnds:
             return self._task_conn.recv()
         except (EOFError, OSError):
             return None
+
+    def receive_ready(self) -> list[Any]:
+        """The trainer's messages that have already arrived, without waiting."""
+        ready = []
+        try:
+            while self._task_conn.poll(0):
+                ready.append(self._task_conn.recv())
+        except (EOFError, OSError):
+            ready.append(None)  # the trainer hung up: stop after these
+        return ready
 
     def send(self, message: Any, allocator: slots.SlotAllocator | None) -> None:
         """Sends an answer; a batch without a slot goes through a one-off segment if large."""

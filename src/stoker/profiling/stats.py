@@ -107,6 +107,7 @@ class LoaderStats:
     worker_idle_s: float = 0.0  # all workers' time waiting for a task (autotuning reads it)
     memory: dict[str, ProcessMemory] = field(default_factory=dict)  # "trainer", "worker 0", ...
     autotune: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what a state or a resume cost, once each
     bytes_in_flight: int = 0
     slowest_batches: list[tuple[float, Any]] = field(default_factory=list)
     slowest_samples: list[tuple[float, Any]] = field(default_factory=list)
@@ -182,6 +183,7 @@ class LoaderStats:
             who = f"  actor {name} (worker {figures.worker_id})"
             lines.append(figures.describe(who, self.wall_s))
         lines += [f"autotune: {decision}" for decision in self.autotune]
+        lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -196,6 +198,13 @@ class StatsRecorder:
         self._last = 0.0
         self._slow_batches: list[tuple[float, int, Any]] = []
         self._slow_samples: list[tuple[float, int, Any]] = []
+
+    def note(self, text: str) -> bool:
+        """Records a note for ``stats()`` (see LoaderStats.notes); False if it already was."""
+        if text in self.stats.notes:
+            return False
+        self.stats.notes.append(text)
+        return True
 
     def delivered(self, waited_s: float) -> None:
         """A batch reached the consumer, who waited ``waited_s`` in ``next()`` for it."""
@@ -259,6 +268,7 @@ class StatsRecorder:
         stats = self.stats
         out = LoaderStats(**{k: getattr(stats, k) for k in stats.__dataclass_fields__})
         out.worker_busy_s = dict(stats.worker_busy_s)
+        out.notes = list(stats.notes)
         out.actors = {name: dataclasses.replace(a) for name, a in stats.actors.items()}
         out.wall_s = self._last - self._first if stats.batches else 0.0
         out.bytes_in_flight = bytes_in_flight

@@ -191,12 +191,17 @@ class RecordStream:
 
     # -- reading by positions ----------------------------------------------------------
     def _positioned(
-        self, after: Position | None = None, live: Any = None, keyed: bool = True
+        self,
+        after: Position | None = None,
+        live: Any = None,
+        keyed: bool = True,
+        ends: bool = False,
     ) -> Iterator[Any]:
         """``(position, sample)`` of this shard's records, starting after ``after``.
 
         With ``live``, each record's position is also set as ``live.read`` before it is
-        yielded; with ``keyed=False`` the samples come alone (one generator, no pairs).
+        yielded; with ``keyed=False`` the samples come alone (one generator, no pairs);
+        ``ends``: this is the whole stream, and ``live.ended`` is set once it has run out.
         """
         order = self._record_order()
         shard = self._shard(order)
@@ -223,6 +228,8 @@ class RecordStream:
                             yield (position, value) if keyed else value
                 finally:
                     _closing(records)
+        if ends:
+            live.ended = True
 
     def _shard(self, order: list[int]) -> Shard[int]:
         return shard_for_worker(order, rank=self.rank, world_size=self.world_size)
@@ -350,3 +357,16 @@ class RecordStream:
         state = check_positions_state(type(self).__name__, state, files, self.shuffle_buffer)
         self.epoch = state["epoch"]
         self._resume = state
+
+    # -- cheap captures (stoker._state_capture) ------------------------------------------
+    def _saves_state(self) -> bool:
+        return True
+
+    def _capture_state(self) -> Any:
+        """The live iteration's positions (a few bytes per buffered record); None between
+        iterations, where the next epoch starts afresh."""
+        live = self._live
+        return None if live is None or live.ended else live.positions_state()
+
+    def _captured_state(self, capture: Any) -> dict[str, Any] | None:
+        return capture

@@ -73,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from stoker._state_capture import CapturesState, capture, captured, holds_state
 from stoker._validate import check_choice, check_int, check_optional_int, is_number
 from stoker.datasets import IterableDataset, is_iterable_dataset
 from stoker.engine.random_scopes import _MASK64, SAMPLE, _mix, current_scope
@@ -323,18 +324,34 @@ class _Source:
             self.taken += 1
         return value
 
-    def state(self) -> Any:
+    def capture(self) -> Any:
+        """A cheap capture of this source's place (see stoker._state_capture)."""
         if not self.iterable:
-            return {"taken": self.taken, "passes": self.passes}
-        save = getattr(self.dataset, "state_dict", None)
-        if not callable(save):
+            return (self.taken, self.passes)
+        if not holds_state(self.dataset):
             msg = (
                 f"Mix cannot save a mid-epoch state: its source {type(self.dataset).__name__} "
                 "has no state_dict / load_state_dict. Use stoker's readers or give it those "
                 "methods."
             )
             raise TypeError(msg)
-        return save()
+        return capture(self.dataset)
+
+    def captured(self, snapshot: Any) -> Any:
+        """The state a capture stands for: a map-style source's ``{"taken", "passes"}``."""
+        if self.iterable:
+            return captured(self.dataset, snapshot)
+        taken, passes = snapshot
+        return {"taken": taken, "passes": passes}
+
+
+class _Running:
+    """A mix's live iteration: its schedule, its sources, which ran out, whether it ended."""
+
+    __slots__ = ("ended", "ran_out", "schedule", "sources")
+
+    def __init__(self, schedule: _Schedule, sources: list[_Source], ran_out: list[bool]) -> None:
+        self.schedule, self.sources, self.ran_out, self.ended = schedule, sources, ran_out, False
 
 
 class Mix(IterableDataset[Any]):
@@ -385,7 +402,7 @@ class Mix(IterableDataset[Any]):
             _give_topology(self.datasets, self.rank, self.world_size)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
-        self._live: tuple[_Schedule, list[_Source], list[bool]] | None = None
+        self._live: _Running | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch, and passes it to every source (and sampler) that takes one."""
@@ -431,8 +448,8 @@ class Mix(IterableDataset[Any]):
             source.passes = place["passes"]
             source.start(self.epoch, place["taken"])
             self._check_place(i, source, schedule.step)
-        self._live = (schedule, sources, ran_out)
-        return self._draws(schedule, sources, ran_out)
+        live = self._live = _Running(schedule, sources, ran_out)
+        return self._draws(live)
 
     def _check_place(self, i: int, source: _Source, step: int) -> None:
         """A resumed map-style source's place fits this shard's part of it, and the draws."""
@@ -452,7 +469,13 @@ class Mix(IterableDataset[Any]):
             )
             raise ValueError(msg)
 
-    def _draws(
+    def _draws(self, live: _Running) -> Iterator[Any]:
+        try:
+            yield from self._drawn(live.schedule, live.sources, live.ran_out)
+        finally:
+            live.ended = True
+
+    def _drawn(
         self, schedule: _Schedule, sources: list[_Source], ran_out: list[bool]
     ) -> Iterator[Any]:
         while any(schedule.active):
@@ -484,17 +507,33 @@ class Mix(IterableDataset[Any]):
                 return dict(self._resume)
             msg = "Mix.state_dict() describes a running iteration; start iterating first"
             raise ValueError(msg)
-        schedule, sources, ran_out = self._live
+        return self._captured_state(self._snapshot(self._live))
+
+    # -- cheap captures (stoker._state_capture) ------------------------------------------
+    def _saves_state(self) -> bool:
+        return all(not _is_stream(d) or holds_state(d) for d in self.datasets)
+
+    def _snapshot(self, live: _Running) -> tuple[Any, ...]:
+        schedule, sources = live.schedule, live.sources
+        return (
+            self.epoch, list(sources[0].shard), schedule.step, list(schedule.credit),
+            list(schedule.active), list(live.ran_out), [(s, s.capture()) for s in sources],
+        )  # fmt: skip
+
+    def _capture_state(self) -> Any:
+        """The schedule's place and each source's capture; None between iterations."""
+        live = self._live
+        return None if live is None or live.ended else self._snapshot(live)
+
+    def _captured_state(self, snapshot: Any) -> dict[str, Any] | None:
+        if snapshot is None:
+            return None
+        epoch, shard, step, credit, active, ran_out, sources = snapshot
         return {
-            "kind": _KIND,
-            "epoch": self.epoch,
-            "shard": list(sources[0].shard),
-            "step": schedule.step,
-            "credit": list(schedule.credit),
-            "active": list(schedule.active),
-            "ran_out": list(ran_out),
-            "sources": [s.state() for s in sources],
-        }
+            "kind": _KIND, "epoch": epoch, "shard": shard, "step": step, "credit": credit,
+            "active": active, "ran_out": ran_out,
+            "sources": [source.captured(c) for source, c in sources],
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood.
@@ -509,7 +548,7 @@ class Mix(IterableDataset[Any]):
         state = self._checked_state(state)
         self.set_epoch(state["epoch"])
         for i, dataset in enumerate(self.datasets):
-            if _is_stream(dataset):
+            if _is_stream(dataset) and state["sources"][i] is not None:  # None: it had ended
                 try:
                     dataset.load_state_dict(state["sources"][i])
                 except ValueError as exc:
@@ -545,12 +584,32 @@ class Mix(IterableDataset[Any]):
             if not _is_stream(dataset):
                 state["sources"][i] = self._checked_place(i, place, state["ran_out"])
                 continue
+            if not state["ran_out"][i] and isinstance(dataset, CapturesState):
+                self._check_running_source(i, dataset, place, state["epoch"])
             for key in ("epoch", "shard"):  # a stream saved with the mix shares both
                 saved = place.get(key, state[key]) if isinstance(place, Mapping) else state[key]
+                if saved is None:  # a source that ran out: an epoch's start (checked by it)
+                    continue
                 if (list(saved) if isinstance(saved, (tuple, np.ndarray)) else saved) != state[key]:
                     must = f"{state[key]!r}, the mix's state[{key!r}]"
                     raise state_error("Mix", f"state['sources'][{i}][{key!r}]", saved, must)
         return state
+
+    def _check_running_source(self, i: int, dataset: Any, place: Any, epoch: int) -> None:
+        """A stoker stream that had not run out has a state of its running iteration: no
+        state (None) or an epoch's start (epoch None) would read it again from its start."""
+        if place is None:
+            must = (
+                f"the state of its {type(dataset).__name__}: None only once it ran out "
+                f"(state['ran_out'][{i}] is False)"
+            )
+            raise state_error("Mix", f"state['sources'][{i}]", place, must)
+        if isinstance(place, Mapping) and "epoch" in place and place["epoch"] is None:
+            must = (
+                f"{epoch!r}, the mix's state['epoch']: None (an epoch's start) only once it ran "
+                f"out (state['ran_out'][{i}] is False)"
+            )
+            raise state_error("Mix", f"state['sources'][{i}]['epoch']", None, must)
 
     def _checked_credit(self, credit: list[Any], active: list[bool]) -> list[float]:
         """Credits of the smooth round-robin: each in (-1, 1), 0 once dropped, summing to 0."""

@@ -25,19 +25,27 @@ those of the records waiting in the buffer, plus the random generator's state. L
 re-reads the buffered records (one pass per file, skipping to each one without decoding
 the others) and continues the stream after the last record read, so the resumed run yields
 exactly what the uninterrupted run would have. Over any other iterable dataset the buffer
-stores its samples themselves (they must pickle), plus that dataset's own ``state_dict()``.
-Loading a state checks every entry (:func:`check_positions_state`): a damaged or edited one
-raises a ``ValueError`` naming the entry, never resumes with other records.
+stores its samples themselves (they must pickle), plus that dataset's own ``state_dict()``;
+over one without ``state_dict`` it keeps no state (a loader replays it). A loader's worker
+captures the state after every batch (see :mod:`stoker._state_capture`): positions are
+copied, a buffer of samples only marked in a log of its steps, from which its samples at
+that mark are rebuilt if the state is asked for. Loading a state checks every entry
+(:func:`check_positions_state`) and loads the dataset's own state at once: a damaged or
+edited one raises a ``ValueError`` naming the entry, never resumes with other records.
 """
 
 from __future__ import annotations
 
 import array
+import collections
+import itertools
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from stoker._state_capture import capture, captured, holds_state
 from stoker._validate import check_int, check_optional_int, is_int
 from stoker.datasets import IterableDataset, is_iterable_dataset
 from stoker.engine.random_scopes import current_scope
@@ -60,7 +68,8 @@ __all__ = ["ShuffleBuffer", "check_positions_state"]
 _BUFFER_KIND = "stoker.shuffle_buffer"
 _NO_PLACE = (-1, -1)  # a sample of a stream that is not a reader has no position
 _POSITIONS_KEYS = ("kind", "epoch", "shard", "read", "buffer", "rng")
-_SAMPLES_KEYS = ("kind", "epoch", "shard", "samples", "inner", "rng")
+_SAMPLES_KEYS = ("kind", "epoch", "shard", "samples", "inner", "rng", "ran_out")
+_START_ENTRIES = (("epoch", "shard", "an int >= 0"), ("shard", "epoch", "[index, count]"))
 _POSITION_BOUND = 2**63  # positions are stored as int64
 _PCG64_BOUND = 2**128  # PCG64's state and increment are 128-bit
 _PCG64_KEYS = {"bit_generator", "state", "has_uint32", "uinteger"}
@@ -160,6 +169,12 @@ def check_positions_state(owner: str, state: Any, files: int, size: int | None) 
 def _check_samples_state(owner: str, state: Any, size: int) -> dict[str, Any]:
     """``state`` if it is a whole state of a :class:`ShuffleBuffer` that stores its samples."""
     state = check_stream_state(owner, state, _BUFFER_KIND, _SAMPLES_KEYS)
+    if state["epoch"] is None and state["shard"] is None:
+        return _check_start_state(owner, state)
+    for key, other, kind in _START_ENTRIES:
+        if state[key] is None:  # (both are None at an epoch's start, one alone never)
+            must = f"{kind} while state[{other!r}] is {state[other]!r} (both None: epoch start)"
+            raise state_error(owner, f"state[{key!r}]", None, must)
     state["epoch"] = state_int(owner, "state['epoch']", state["epoch"])
     state["shard"] = state_shard(owner, state["shard"])
     samples = state_list(owner, "state['samples']", state["samples"])
@@ -172,6 +187,30 @@ def _check_samples_state(owner: str, state: Any, size: int) -> dict[str, Any]:
         raise state_error(
             owner, "state['rng']", None, "a generator's state once samples were buffered"
         )
+    state["ran_out"] = _state_flag(owner, "state['ran_out']", state["ran_out"])
+    return state
+
+
+def _state_flag(owner: str, entry: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise state_error(owner, entry, value, "True or False")
+    return bool(value)
+
+
+def _check_start_state(owner: str, state: dict[str, Any]) -> dict[str, Any]:
+    """A state of an epoch's start (``epoch`` and ``shard`` None, see ``_captured_state``):
+    it holds its source's state only, no sample and no generator."""
+    samples = state_list(owner, "state['samples']", state["samples"])
+    if samples:
+        must = "[] in a state of an epoch's start (state['epoch'] and state['shard'] None)"
+        raise state_error(owner, "state['samples']", samples, must, got=f"{len(samples)} samples")
+    if state["rng"] is not None:
+        must = "None in a state of an epoch's start (state['epoch'] and state['shard'] None)"
+        raise state_error(owner, "state['rng']", state["rng"], must)
+    if _state_flag(owner, "state['ran_out']", state["ran_out"]):
+        must = "False in a state of an epoch's start (state['epoch'] and state['shard'] None)"
+        raise state_error(owner, "state['ran_out']", True, must)
+    state["samples"], state["ran_out"] = [], False
     return state
 
 
@@ -184,13 +223,27 @@ def _restored_rng(state: Mapping[str, Any]) -> np.random.Generator:
 class _Live:
     """What one iteration holds: buffer, generator, last record read (the state's source)."""
 
-    __slots__ = ("buffer", "epoch", "places", "read", "rng", "shard")
+    __slots__ = (
+        "buffer", "ended", "epoch", "journal", "logged_from", "marks", "places", "ran_out",
+        "read", "rng", "shard", "steps",
+    )  # fmt: skip
 
     def __init__(self, epoch: int, shard: tuple[int, int], rng: Any, buffer: list[Any], read: Any):
         self.epoch, self.shard, self.rng, self.buffer, self.read = epoch, shard, rng, buffer, read
         # the buffered records' positions, flat (file, record, file, record, ...) beside the
-        # buffer, so a state (taken after every batch a process worker sends) copies one array
+        # buffer, so a state (captured after every batch a process worker loads) copies one array
         self.places = array.array("q", [v for p, _ in buffer for v in (p or _NO_PLACE)])
+        self.ended = False  # the iteration is over: what follows is the next epoch's start
+        # the source ran out: the buffer drains, and a state taken now must not read the
+        # source again (a stream may rewind itself at its end, its state then its next epoch's)
+        self.ran_out = False
+        self.steps = 0  # samples taken out of the buffer
+        # a buffer of samples, while a capture of it lives: each step since the oldest such
+        # capture, as (place taken, entry taken, entries refilled), so that a capture is a mark
+        # (see _Mark) and the buffer at that mark is rebuilt only when a state is asked for
+        self.journal: collections.deque[tuple[int, Any, int]] | None = None
+        self.logged_from = 0  # the step the journal's first entry undoes
+        self.marks: list[tuple[int, weakref.ref[_Mark]]] = []  # the live marks' steps
 
     def positions_state(self) -> dict[str, Any]:
         return {
@@ -202,26 +255,94 @@ class _Live:
             "rng": None if self.rng is None else self.rng.bit_generator.state,
         }
 
+    def mark(self, inner: Any) -> _Mark:
+        """A capture of this buffer of samples now: O(1), whatever the buffer holds."""
+        if self.journal is None:
+            self.journal, self.logged_from = collections.deque(), self.steps
+        mark = _Mark(
+            self, self.steps, self.rng.bit_generator.state, inner, self.epoch, self.shard,
+            ran_out=self.ran_out,
+        )  # fmt: skip
+        self.marks.append((self.steps, weakref.ref(mark, self._forget)))
+        self._trim()
+        return mark
+
+    def _forget(self, gone: weakref.ref[_Mark]) -> None:
+        self.marks = [(step, ref) for step, ref in self.marks if ref is not gone]
+        if not self.marks:
+            self.journal = None  # no capture left to rebuild: stop logging
+        else:
+            self._trim()
+
+    def _trim(self) -> None:
+        journal, oldest = self.journal, min(step for step, _ in self.marks)
+        while journal and self.logged_from < oldest:
+            journal.popleft()
+            self.logged_from += 1
+
+    def samples_at(self, step: int) -> list[Any]:
+        """The buffered samples as they were after ``step`` steps (undoing the later ones)."""
+        journal = self.journal
+        if journal is None or step < self.logged_from:
+            raise AssertionError(f"the shuffle buffer no longer logs back to step {step}")
+        buffer = list(self.buffer)
+        for j, entry, refills in itertools.islice(reversed(journal), self.steps - step):
+            buffer.append(entry)
+            buffer[j], buffer[-1] = buffer[-1], buffer[j]
+            if refills:
+                del buffer[-refills:]
+        return [sample for _, sample in buffer]
+
+
+class _Mark:
+    """A capture of a :class:`ShuffleBuffer` over samples: the step it was taken at, the
+    generator's state then and its source's capture (and whether that source had run out);
+    ``live`` is None at an epoch's start."""
+
+    __slots__ = ("__weakref__", "epoch", "inner", "live", "ran_out", "rng", "shard", "step")
+
+    def __init__(
+        self,
+        live: _Live | None,
+        step: int,
+        rng: Any,
+        inner: Any,
+        epoch: int,
+        shard: Any,
+        *,
+        ran_out: bool = False,
+    ) -> None:
+        self.live, self.step, self.rng, self.inner = live, step, rng, inner
+        self.epoch, self.shard, self.ran_out = epoch, shard, ran_out
+
 
 def _shuffled(source: Iterator[tuple[Any, Any]], size: int, live: _Live) -> Iterator[Any]:
     """Fill the buffer to ``size``, yield a random entry, repeat; drain it at the end."""
-    buffer, places, rng, exhausted = live.buffer, live.places, live.rng, False
+    buffer, places, rng = live.buffer, live.places, live.rng
     while True:
-        while not exhausted and len(buffer) < size:
+        refills = 0
+        while not live.ran_out and len(buffer) < size:
             try:
                 entry = next(source)
             except StopIteration:
-                exhausted = True
+                live.ran_out = True
             else:
                 places.extend(entry[0] or _NO_PLACE)
                 buffer.append(entry)
+                refills += 1
         if not buffer:
+            live.ended = True
             return
         j = int(rng.integers(len(buffer)))
         buffer[j], buffer[-1] = buffer[-1], buffer[j]
         places[2 * j : 2 * j + 2] = places[-2:]  # the last entry moves into the taken one's place
         del places[-2:]
-        yield buffer.pop()[1]
+        entry = buffer.pop()
+        journal = live.journal
+        if journal is not None:
+            journal.append((j, entry, refills))
+        live.steps += 1
+        yield entry[1]
 
 
 def _positions(state: Mapping[str, Any], name: str) -> list[Position]:
@@ -248,7 +369,7 @@ def _start_positioned(
         rng = buffer_rng(seed, stream.seed, epoch, shard[0])
     live = _Live(epoch, shard, rng, buffer, after)
     if size is None:
-        return live, stream._positioned(after, live, keyed=False)
+        return live, stream._positioned(after, live, keyed=False, ends=True)
     return live, _shuffled(stream._positioned(after, live), size, live)
 
 
@@ -262,8 +383,9 @@ def iterate_reader(reader: RecordStream, resume: Mapping[str, Any] | None) -> It
 
 
 def reader_state(reader: RecordStream) -> dict[str, Any]:
-    """A reader's ``state_dict()``: its live iteration's, else the state still to be loaded."""
-    if reader._live is not None:
+    """A reader's ``state_dict()``: its live iteration's, else the state still to be loaded
+    (after an iteration ended, an epoch's start: it holds no position)."""
+    if reader._live is not None and not reader._live.ended:
         return reader._live.positions_state()
     if reader._resume is not None:
         return dict(reader._resume)
@@ -309,7 +431,6 @@ class ShuffleBuffer(IterableDataset[Any]):
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._live: _Live | None = None
-        self._samples = False  # the live iteration stores samples, not positions
 
     def _by_position(self) -> bool:
         return isinstance(self.dataset, RecordStream) and self.dataset.shuffle_buffer is None
@@ -324,53 +445,42 @@ class ShuffleBuffer(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         resume, self._resume = self._resume, None
         if self._by_position():
-            self._samples = False
             self._live, iterator = _start_positioned(
                 self.dataset, self.size, self.seed, self.epoch, resume, "ShuffleBuffer"
             )
             return iterator
-        self._samples = True
         rank, world = getattr(self.dataset, "rank", None), getattr(self.dataset, "world_size", None)
         shard = current_shard(rank=rank, world_size=world)
         rng, buffer = None, []
         if resume is not None:  # its inner state was loaded with it
-            check_shard("ShuffleBuffer", resume, rank, world)
+            if resume["shard"] is not None:  # (an epoch's start belongs to no shard)
+                check_shard("ShuffleBuffer", resume, rank, world)
             rng = _restored_rng(resume["rng"]) if resume.get("rng") is not None else None
             buffer = [(None, s) for s in resume["samples"]]
         if rng is None:
             rng = buffer_rng(self.seed, 0, self.epoch, shard[0])
         live = self._live = _Live(self.epoch, shard, rng, buffer, None)
+        if resume is not None and resume["ran_out"]:  # drains its buffer, reads no more
+            live.ran_out = True
+            return _shuffled(iter(()), self.size, live)
         source = ((None, s) for s in iter(self.dataset))
         return _shuffled(source, self.size, live)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the shuffled stream stands, to resume it exactly (see the module docs)."""
         live = self._live
-        if live is None:
-            if self._resume is not None:
-                return dict(self._resume)
-            rank = getattr(self.dataset, "rank", None)
-            world = getattr(self.dataset, "world_size", None)
-            live = _Live(self.epoch, current_shard(rank=rank, world_size=world), None, [], None)
-            self._samples = not self._by_position()
-        if not self._samples:
-            return live.positions_state()
-        inner_state = getattr(self.dataset, "state_dict", None)
-        if not callable(inner_state):
-            msg = (
-                f"ShuffleBuffer cannot save a mid-epoch state: {type(self.dataset).__name__} has "
-                "no state_dict / load_state_dict to resume its stream from. Give it those "
-                "methods, or save at an epoch boundary."
-            )
-            raise TypeError(msg)
+        if (live is None or live.ended) and self._resume is not None:
+            return dict(self._resume)
+        state = self._captured_state(self._capture_state())
+        if state is not None:
+            return state
+        shard = self._shard()
+        if self._by_position():
+            return _Live(self.epoch, shard, None, [], None).positions_state()
         return {
-            "kind": _BUFFER_KIND,
-            "epoch": live.epoch,
-            "shard": list(live.shard),
-            "samples": [s for _, s in live.buffer],
-            "inner": inner_state(),
-            "rng": None if live.rng is None else live.rng.bit_generator.state,
-        }
+            "kind": _BUFFER_KIND, "epoch": self.epoch, "shard": list(shard), "samples": [],
+            "inner": None, "rng": None, "ran_out": False,
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next iteration continue where ``state`` (from :meth:`state_dict`) stood.
@@ -384,7 +494,8 @@ class ShuffleBuffer(IterableDataset[Any]):
             state = check_positions_state("ShuffleBuffer", state, files, self.size)
         else:
             state = _check_samples_state("ShuffleBuffer", state, self.size)
-        self.set_epoch(state["epoch"])
+        if state["epoch"] is not None:  # (an epoch's start takes the epoch the loader sets)
+            self.set_epoch(state["epoch"])
         if not self._by_position() and state["inner"] is not None:
             load = getattr(self.dataset, "load_state_dict", None)
             if not callable(load):
@@ -392,6 +503,51 @@ class ShuffleBuffer(IterableDataset[Any]):
                 raise state_error("ShuffleBuffer", "state['inner']", state["inner"], must)
             load(state["inner"])
         self._resume = state
+
+    # -- cheap captures (stoker._state_capture) ------------------------------------------
+    def _shard(self) -> tuple[int, int]:
+        rank, world = getattr(self.dataset, "rank", None), getattr(self.dataset, "world_size", None)
+        return current_shard(rank=rank, world_size=world)
+
+    def _saves_state(self) -> bool:
+        return self._by_position() or holds_state(self.dataset)
+
+    def _capture_state(self) -> Any:
+        """Positions (a few bytes per buffered record), or a mark in the buffer's log of its
+        steps: a capture costs the same whatever the buffer holds. None at an epoch's start
+        over a reader; over another stream, its source's own capture then."""
+        live = self._live
+        running = live is not None and not live.ended
+        if self._by_position():
+            return live.positions_state() if running else None  # type: ignore[union-attr]
+        if not holds_state(self.dataset):
+            if not running:
+                return None
+            msg = (
+                f"ShuffleBuffer cannot save a mid-epoch state: {type(self.dataset).__name__} has "
+                "no state_dict / load_state_dict to resume its stream from. Give it those "
+                "methods, or save at an epoch boundary."
+            )
+            raise TypeError(msg)
+        inner = capture(self.dataset)
+        if running:
+            return live.mark(inner)  # type: ignore[union-attr]
+        return None if inner is None else _Mark(None, 0, None, inner, self.epoch, None)
+
+    def _captured_state(self, snapshot: Any) -> dict[str, Any] | None:
+        if snapshot is None or snapshot.__class__ is not _Mark:
+            return snapshot  # positions: already a state
+        live = snapshot.live
+        return {
+            "kind": _BUFFER_KIND,
+            # an epoch's start (no live iteration) takes the epoch the loader sets
+            "epoch": snapshot.epoch if live is not None else None,
+            "shard": list(snapshot.shard) if live is not None else None,
+            "samples": live.samples_at(snapshot.step) if live is not None else [],
+            "inner": captured(self.dataset, snapshot.inner),
+            "rng": snapshot.rng,
+            "ran_out": snapshot.ran_out,
+        }
 
     def __repr__(self) -> str:
         return f"ShuffleBuffer({self.dataset!r}, size={self.size}, seed={self.seed})"

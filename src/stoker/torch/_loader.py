@@ -288,6 +288,10 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
             shared = self.persistent_workers or self.num_workers == 0
             previous.close(wait_s=None if shared else PIN_JOIN_TIMEOUT_S)
 
+    def _take_backs(self) -> int:
+        pinning = self._pinning() if self._pinning is not None else None
+        return pinning.read_ahead if pinning is not None else 0
+
     def state_dict(self) -> dict[str, Any]:
         """:meth:`stoker.DataLoader.state_dict`, counting only the batches the loop received.
 

@@ -326,6 +326,11 @@ class PinningIterator:
         return item
 
     @property
+    def read_ahead(self) -> int:
+        """The most batches it holds undelivered: its queue's, and one being pinned."""
+        return self._queue.maxsize + 1
+
+    @property
     def started(self) -> bool:
         """Whether the thread has started (at the first ``next()``, when lazy)."""
         return self._thread.ident is not None
