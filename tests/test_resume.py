@@ -229,6 +229,20 @@ def test_bad_states_are_rejected_with_what_to_pass(state, message) -> None:
         ("ahead", 4, "a list of the batch numbers delivered beyond 'batches', got 4"),
         ("exhausted", "yes", "True or False, got 'yes'"),
         ("samples", -2, "a non-negative int, got -2"),
+        (
+            "workers",
+            {"num_workers": 2, "streams": {"5": {}}, "next": 0},
+            "a dict whose 'streams' keys are worker ids below 2, got "
+            "{'num_workers': 2, 'streams': {'5': {}}, 'next': 0}",
+        ),
+        (
+            "workers",
+            {"num_workers": 2, "streams": {}, "next": 2},
+            "a dict whose 'next' is a worker id below 2, got "
+            "{'num_workers': 2, 'streams': {}, 'next': 2}",
+        ),
+        ("workers", [], "a dict of 'num_workers', 'streams' and 'next', got []"),
+        ("stream", 3, "the stream's state (a dict), got 3"),
     ],
 )
 def test_an_edited_state_is_refused_naming_the_entry_and_its_value(entry, value, expected) -> None:

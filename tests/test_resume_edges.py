@@ -4,6 +4,8 @@ continue the uninterrupted one exactly."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -126,3 +128,24 @@ def test_a_sampler_whose_length_changes_by_epoch_resumes_after_every_batch(num_w
         resumed.load_state_dict(state)
         tail = [b[0].tolist() for _ in range(stopped_in, 3) for b in resumed]
         assert head + tail == flat, f"stopped after {stop} batches, state {state}"
+
+
+@pytest.mark.filterwarnings("ignore:.*IterableDataset.*:UserWarning")
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_a_state_that_went_through_json_resumes_exactly(num_workers) -> None:
+    """JSON writes the workers' int ids as strings: the resumed workers still find their
+    streams, and read on from them instead of from their start."""
+
+    def make():
+        return DataLoader(LyingLength(), batch_size=2, num_workers=num_workers)
+
+    expected = [b.tolist() for b in make()]
+    loader = make()
+    iterator = iter(loader)
+    head = [next(iterator).tolist() for _ in range(2)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    del iterator
+    loader.close()
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert head + [b.tolist() for b in resumed] == expected

@@ -297,6 +297,25 @@ def check_state(state: object, index_sampler: object) -> dict[str, Any]:
         if key not in state:
             msg = f"the loader state has no {key!r} entry; pass what state_dict() returned"
             raise ValueError(msg)
+    _check_entries(state)
+    out = dict(state)
+    if "workers" in state:
+        out["workers"] = _checked_workers(state["workers"])
+    if "stream" in state and not isinstance(state["stream"], Mapping):
+        _refuse("stream", state["stream"], "the stream's state (a dict)")
+    if state.get("sampler") is not None and not callable(
+        getattr(index_sampler, "load_state_dict", None)
+    ):
+        msg = (
+            f"the state holds a sampler state but this loader's {type(index_sampler).__name__} "
+            "has no load_state_dict; build the loader with the same kind of sampler"
+        )
+        raise ValueError(msg)
+    return out
+
+
+def _check_entries(state: Mapping[str, Any]) -> None:
+    """Refuses an entry of the wrong kind or out of range, naming it and its value."""
     for key in ("epoch", "batches"):
         _check_entry(key, state[key], minimum=0)
     if state["seed"] is not None:
@@ -320,15 +339,32 @@ def check_state(state: object, index_sampler: object) -> dict[str, Any]:
         _check_entry("torch_seed_epoch", state.get("torch_seed_epoch"), minimum=0)
     if "samples" in state:
         _check_entry("samples", state["samples"], minimum=0)
-    if state.get("sampler") is not None and not callable(
-        getattr(index_sampler, "load_state_dict", None)
-    ):
-        msg = (
-            f"the state holds a sampler state but this loader's {type(index_sampler).__name__} "
-            "has no load_state_dict; build the loader with the same kind of sampler"
-        )
-        raise ValueError(msg)
-    return dict(state)
+
+
+def _checked_workers(workers: object) -> dict[str, Any]:
+    """The ``workers`` entry of a stream's state, its worker ids as ints again.
+
+    JSON writes a dict's int keys as strings: a state that went through ``json`` comes back
+    with ``"0"``, ``"1"``, ..., which must still find their workers' streams.
+    """
+    if not isinstance(workers, Mapping) or not {"num_workers", "streams", "next"} <= set(workers):
+        _refuse("workers", workers, "a dict of 'num_workers', 'streams' and 'next'")
+    count = workers["num_workers"]  # type: ignore[index]
+    _check_entry("workers", count, minimum=1, whole=workers)
+    if not is_int(workers["next"]) or not 0 <= workers["next"] < count:  # type: ignore[index]
+        _refuse("workers", workers, f"a dict whose 'next' is a worker id below {count}")
+    streams = workers["streams"]  # type: ignore[index]
+    if not isinstance(streams, Mapping):
+        _refuse("workers", workers, "a dict whose 'streams' maps worker ids to their streams")
+    checked: dict[int, Any] = {}
+    for key, stream in streams.items():
+        worker = int(key) if isinstance(key, str) and key.isdigit() else key
+        if isinstance(worker, bool) or not is_int(worker) or not 0 <= worker < count:
+            _refuse("workers", workers, f"a dict whose 'streams' keys are worker ids below {count}")
+        if int(worker) in checked or not isinstance(stream, Mapping):
+            _refuse("workers", workers, "a dict that maps each worker id once to its stream")
+        checked[int(worker)] = stream
+    return {**workers, "streams": checked}
 
 
 def _refuse(key: str, value: object, expected: str) -> None:
