@@ -133,6 +133,19 @@ class Progress:
         return floor, sorted(ahead)
 
 
+def _nested_samplers(index_sampler: Any) -> Iterator[Any]:
+    """``index_sampler``, the sampler it wraps (a batch sampler's ``sampler``), and so on."""
+    sampler, seen = index_sampler, set()
+    while sampler is not None and id(sampler) not in seen:  # a sampler wrapping itself ends it
+        seen.add(id(sampler))
+        yield sampler
+        sampler = getattr(sampler, "sampler", None)
+
+
+def _has_state(sampler: Any) -> bool:
+    return callable(getattr(sampler, "state_dict", None))
+
+
 def draws_unrecorded(index_sampler: Any) -> bool:
     """Whether the epoch's order may come from draws no sampler state records.
 
@@ -141,20 +154,19 @@ def draws_unrecorded(index_sampler: Any) -> bool:
     batch sampler over one. Such an order is reproduced by replaying the sampler under the
     global generators' states of its epoch's start (:func:`global_generators`).
     """
-    if not callable(getattr(index_sampler, "state_dict", None)):
-        return not isinstance(index_sampler, (list, tuple, range))
-    inner = getattr(index_sampler, "sampler", None)
-    return inner is not None and draws_unrecorded(inner)
+    for sampler in _nested_samplers(index_sampler):
+        if not _has_state(sampler):
+            return not isinstance(sampler, (list, tuple, range))
+    return False
 
 
 def _stateless_sampler_generator(index_sampler: Any) -> Any:
-    """The ``generator`` of the sampler without state in ``index_sampler`` (torch's samplers
+    """The ``generator`` of a sampler without state in ``index_sampler`` (torch's samplers
     keep one), or ``None``."""
-    for candidate in (index_sampler, getattr(index_sampler, "sampler", None)):
-        if candidate is not None and not callable(getattr(candidate, "state_dict", None)):
-            generator = getattr(candidate, "generator", None)
-            if generator is not None and callable(getattr(generator, "get_state", None)):
-                return generator  # a torch.Generator
+    for sampler in _nested_samplers(index_sampler):
+        generator = getattr(sampler, "generator", None)
+        if not _has_state(sampler) and callable(getattr(generator, "get_state", None)):
+            return generator  # a torch.Generator
     return None
 
 
