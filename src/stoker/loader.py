@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 from stoker._bad_sample_budget import BadSampleBudget
 from stoker._loader_arguments import check_arguments, warn_excessive_workers
@@ -38,6 +41,7 @@ from stoker._validate import check_int
 from stoker.bad_samples import ErrorReport
 from stoker.collate import default_collate, default_convert
 from stoker.engine.autotune import AutoTuner, available_memory
+from stoker.engine.boot import Booted, boot
 from stoker.engine.messages import WorkerSpec
 from stoker.engine.mode_trial import ModeTrial
 from stoker.engine.multi_worker import MultiWorkerIterator, next_epoch_streams
@@ -285,6 +289,7 @@ class DataLoader(Generic[T]):
         self._autotuner: AutoTuner | None = None
         self._live_pool: weakref.ref[Pool] | None = None
         self._pool_finalizer: weakref.finalize | None = None
+        self._pool_booted: Booted | None = None  # persistent workers iter() started, unused yet
         self.collate_fn = collate_fn or (
             default_collate if self._auto_collation else default_convert
         )
@@ -364,38 +369,139 @@ class DataLoader(Generic[T]):
         self._skip_each_epoch = batches
 
     def __iter__(self) -> Iterator[T]:
-        """An iterator over one epoch, started lazily as torch's is.
+        """An iterator over one epoch; its workers start now, the epoch at its first ``next()``.
 
-        Nothing happens until its first ``next()``: no epoch is counted, no sampler is
-        read, no worker is started. So ``iter(loader)`` followed by ``set_epoch(e)`` on
-        the sampler (the order frameworks such as Lightning use) gives epoch ``e``, and
-        an iterator that is never consumed costs nothing.
+        As torch's ``iter()`` does, it starts the workers a new epoch needs (so a failing
+        ``worker_init_fn`` raises here, and the workers are ready by the first ``next()``).
+        The epoch itself is decided at the first ``next()``: its number, the sampler's
+        order, the first tasks. So ``iter(loader)`` followed by ``set_epoch(e)`` on the
+        sampler (the order frameworks such as Lightning use) gives epoch ``e``, even with
+        workers (see :mod:`stoker.engine.boot`).
         """
         if self.pin_memory and not self._pin_warned:
             self._pin_warned = True
             _warn_pin_memory()
         return _EpochIterator(self)
 
-    def _begin_epoch(self) -> Iterator[Any]:
-        """Starts an epoch and returns the iterator that loads it (at the first ``next()``)."""
-        reuse_pool = (
+    def _reusable_pool(self) -> bool:
+        """Whether the next epoch runs on the persistent workers that are running now."""
+        return (
             self.persistent_workers
             and self._pool is not None
             and self._pool.state is PoolState.RUNNING
             # worker_mode="auto" may have decided on another kind at the last epoch's end
             and (self.worker_mode != "auto" or self._pool.mode == self._worker_kind())
         )
+
+    def _boot(self) -> Booted | None:
+        """``iter()``: starts the workers the next epoch needs and runs their worker_init_fn.
+
+        Nothing when the epoch reuses running persistent workers or has none. The epoch and
+        seed the workers start with are the ones the first ``next()`` will decide unless
+        something changes in between (see :meth:`_expected_start`).
+        """
+        if self.num_workers == 0 or self._reusable_pool():
+            return None
+        self._worker_mode_trial()  # worker_mode="auto" picks the kind the epoch starts with
+        expected = self._expected_start()
+        pool = self._new_pool()
+        booted = Booted(pool, *(expected or (None, None)))
+        if self.persistent_workers:
+            if self._pool_finalizer is not None:
+                self._pool_finalizer()
+            self._pool = pool
+            self._pool_finalizer = weakref.finalize(self, pool.shutdown)
+            self._autotuner = self._new_autotuner()
+            self._pool_booted = booted
+        if expected is not None:
+            boot(pool, *expected, timeout_s=float(self.timeout))
+        return booted
+
+    def _expected_start(self) -> tuple[int, int] | None:
+        """The epoch and seed the next epoch's start would decide now, drawing nothing.
+
+        The draws the start makes (a base seed from a torch.Generator, from the global
+        generators with ``generator=None``) are made on copies of their states. None
+        where that cannot be done (a generator on an accelerator).
+        """
+        resume = self._resume
+        if resume is not None:
+            epoch = resume["epoch"]
+        else:
+            owner = epoch_owner(self._index_sampler) if not self._iterable else None
+            epoch = self._epoch
+            if (
+                owner is not None
+                and self._left_epoch is not None
+                and owner.epoch != self._left_epoch
+            ):
+                epoch = owner.epoch
+        try:
+            if not _is_torch_generator(self.generator):
+                base = resume["seed"] if resume is not None else self._seed
+                if base is None:
+                    base = _without_draws(self._fresh_seed)
+                return epoch, _derive_epoch_seed(base, epoch)
+            if resume is not None:
+                draw = resume.get("torch_draw", True)
+                torch_seed = (
+                    (resume["torch_seed"], resume["torch_seed_epoch"])
+                    if resume.get("torch_seed") is not None
+                    else None
+                )
+                state = resume.get("generator")
+            else:
+                draw, torch_seed, state = True, self._torch_seed, None
+            if draw or torch_seed is None:
+                torch_seed = (_peek_torch_base_seed(self.generator, state), epoch)
+        except Exception:  # a generator whose state cannot be copied: the workers wait
+            return None
+        seed, drawn_at = torch_seed
+        return epoch, seed if epoch == drawn_at else _derive_epoch_seed(seed, epoch)
+
+    def _begin_epoch(self, booted: Booted | None = None) -> Iterator[Any]:
+        """Starts an epoch and returns the iterator that loads it (at the first ``next()``).
+
+        ``booted``: the workers ``iter()`` started for it (see :meth:`_boot`).
+        """
+        if (
+            booted is None
+            and self._pool_booted is not None
+            and self._pool is self._pool_booted.pool
+        ):
+            booted = self._pool_booted  # persistent workers an earlier iter() started
+        self._pool_booted = None
+        if booted is not None and booted.pool.state is not PoolState.RUNNING:
+            booted = None
+        reuse_pool = self._reusable_pool()
         # torch draws a base seed for every new iterator, except that persistent workers keep
         # theirs: a persistent pool that worker_mode="auto" swaps for another kind carries it
         carried = (
-            self.persistent_workers
+            booted is None
+            and self.persistent_workers
             and self._pool is not None
             and self._pool.state is PoolState.RUNNING
         )
-        progress, index_iter, first_position = self._start_epoch(new_pool=not carried)
+        try:
+            progress, index_iter, first_position = self._start_epoch(new_pool=not carried)
+        except BaseException:
+            if booted is not None and not self.persistent_workers:
+                booted.pool.shutdown()
+            raise
+        trial = self._worker_mode_trial()
+        if booted is not None and (
+            progress.done
+            or not booted.fits(progress.epoch, progress.seed)
+            or booted.pool.mode != self._worker_kind()
+        ):
+            # the epoch or its seed changed after iter() (a set_epoch, a draw from the
+            # generator): worker_init_fn ran with another seed, so fresh workers start
+            if not (self.persistent_workers and progress.done):
+                booted.pool.shutdown()  # (a persistent pool is kept for the next epoch)
+            reuse_pool = False
+            booted = None
         if progress.done:
             return iter(())  # a state saved after the epoch's last batch: its end
-        trial = self._worker_mode_trial()
         hooks = EpochHooks(
             deliver=self._deliver,
             record_bad_samples=self._bad_samples.record if self._bad_samples is not None else None,
@@ -410,7 +516,7 @@ class DataLoader(Generic[T]):
             self._engine = weakref.ref(single)
             return single
         if not self.persistent_workers:
-            pool = self._new_pool()
+            pool = booted.pool if booted is not None else self._new_pool()
             self._live_pool = weakref.ref(pool)  # for stats(); the iterator owns it
             self._autotuner = self._new_autotuner()
         else:
@@ -623,7 +729,7 @@ class DataLoader(Generic[T]):
             if saved == 0 and _before_iter(streams[0]):
                 self.dataset.load_state_dict(streams[0]["dataset"])  # the workers copy it
                 return
-            raise ValueError(self._worker_count_refusal(resume, saved, streams))
+            streams, next_worker = self._regrouped_streams(resume, saved, streams), 0
         progress.resume_streams = streams
         progress.next_worker = next_worker
         replayed = {w: s["taken"] for w, s in streams.items() if _replays(s)}
@@ -639,6 +745,32 @@ class DataLoader(Generic[T]):
                 f"saved ({where}) and drops them"
             )
 
+    def _regrouped_streams(
+        self, resume: Mapping[str, Any], saved: int, streams: Mapping[int, Any]
+    ) -> dict[int, Any]:
+        """A stream's state saved by ``saved`` workers, for this loader's other worker count.
+
+        Only a dataset that knows which records each old worker's stream delivered can
+        regroup (stoker's file readers: :mod:`stoker.streams._regroup`); every new worker
+        opens from the same state and skips them. Any other stream is refused.
+        """
+        regroup = getattr(self.dataset, "_regrouped_state", None)
+        if not callable(regroup) or any(
+            s.get("iterator") is not None or s.get("replay") for s in streams.values()
+        ):
+            raise ValueError(self._worker_count_refusal(resume, saved, streams))
+        state = regroup(
+            {w: (s.get("dataset"), bool(s.get("ended"))) for w, s in streams.items()}, saved
+        )
+        self._note(
+            f"resume: {type(self.dataset).__name__}'s state was saved by a loader with "
+            f"num_workers={saved}, and this one has {self.num_workers}: the records its "
+            "streams delivered are skipped, each other record of the epoch is read once, in "
+            "this loader's order"
+        )
+        entry = {"dataset": state, "iterator": None, "taken": 0, "ended": False, "replay": False}
+        return {w: dict(entry) for w in range(max(self.num_workers, 1))}
+
     def _worker_count_refusal(
         self, resume: Mapping[str, Any], saved: int, streams: Mapping[int, Any]
     ) -> str:
@@ -653,9 +785,11 @@ class DataLoader(Generic[T]):
         return (
             f"this state was saved mid-epoch by a loader with num_workers={saved}, and this "
             f"one has num_workers={self.num_workers}: each worker of an IterableDataset "
-            "reads its own shard of the stream, so a stream resumes only with the same "
-            "number of workers (or with 0 and 1 workers, which read the same single shard). "
-            f"Pass num_workers={saved}, or save at an epoch boundary to change it."
+            f"reads its own shard of the stream, and {type(self.dataset).__name__} cannot say "
+            "which records each shard delivered, so it resumes only with the same number of "
+            "workers (or with 0 and 1 workers, which read the same single shard). Pass "
+            f"num_workers={saved}, or save at an epoch boundary to change it; stoker's file "
+            "readers (TextLines, JsonLines, TarShards) resume with any number."
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -975,16 +1109,16 @@ class DataLoader(Generic[T]):
 
 
 class _EpochIterator:
-    """What ``iter(loader)`` returns: the epoch starts at its first ``next()``, as torch's does.
+    """What ``iter(loader)`` returns: its workers start now, the epoch at its first ``next()``.
 
-    Until then nothing is decided: the epoch number (so a ``set_epoch`` call after
-    ``iter()`` still counts), the sampler's order, the workers. ``close()`` before the
-    first ``next()`` leaves the loader untouched.
+    Until then nothing about the epoch is decided: its number (so a ``set_epoch`` call
+    after ``iter()`` still counts), the sampler's order, the tasks. ``close()`` before the
+    first ``next()`` stops the workers it started and leaves the loader's epoch untouched.
     """
 
     __slots__ = (
-        "__weakref__", "_closed", "_inner", "_length", "_loader", "_lock", "_processes",
-        "_progress", "_yielded",
+        "__weakref__", "_booted", "_closed", "_inner", "_length", "_loader", "_lock",
+        "_processes", "_progress", "_stop_booted", "_yielded",
     )  # fmt: skip
 
     def __init__(self, loader: DataLoader[Any]) -> None:
@@ -997,6 +1131,11 @@ class _EpochIterator:
         self._progress: Progress | None = None  # the epoch's, once it started
         # one next() at a time: threads sharing the iterator take turns, each batch once
         self._lock = threading.Lock()
+        self._stop_booted: weakref.finalize | None = None
+        self._booted = loader._boot()
+        if self._booted is not None and not loader.persistent_workers:
+            # workers this iterator owns until its epoch takes them (or it is dropped unused)
+            self._stop_booted = weakref.finalize(self, self._booted.pool.shutdown)
 
     def __iter__(self) -> _EpochIterator:
         return self
@@ -1069,13 +1208,19 @@ class _EpochIterator:
     def _begin(self) -> Any:
         """Starts the epoch: its engine iterator, and the progress its end is recorded in."""
         loader = self._loader
-        inner = self._inner = loader._begin_epoch()
+        booted, self._booted = self._booted, None
+        if self._stop_booted is not None:
+            self._stop_booted.detach()  # the epoch's iterator owns the workers now
+            self._stop_booted = None
+        inner = self._inner = loader._begin_epoch(booted)
         self._progress = loader._progress
         return inner
 
     def close(self) -> None:
         """Stops the epoch (its workers, unless persistent); safe to call twice."""
         self._closed = True
+        if self._stop_booted is not None:
+            self._stop_booted()
         close = getattr(self._inner, "close", None)
         if close is not None:
             close()
@@ -1164,6 +1309,31 @@ def _warn_longer_than_len(
         else:
             msg += "The dataset's __len__ does not match what its __iter__ yields."
     warnings.warn(msg, UserWarning, stacklevel=3)
+
+
+def _without_draws(draw: Callable[[], int]) -> int:
+    """What ``draw()`` returns, with numpy's and torch's global generators left as they were."""
+    numpy_state = np.random.get_state()
+    torch = sys.modules.get("torch")
+    torch_state = torch.random.get_rng_state() if torch is not None else None
+    try:
+        return draw()
+    finally:
+        np.random.set_state(numpy_state)
+        if torch_state is not None:
+            torch.random.set_rng_state(torch_state)
+
+
+def _peek_torch_base_seed(generator: Any, state: Any = None) -> int:
+    """The base seed :func:`_draw_torch_base_seed` would draw from ``generator`` (from
+    ``state``, when given), drawn from a copy."""
+    import torch
+
+    copy = torch.Generator(device=generator.device)
+    copy.set_state(generator.get_state() if state is None else state)
+    seed = _draw_torch_base_seed(copy)
+    assert seed is not None
+    return seed
 
 
 def _draw_torch_base_seed(generator: Any) -> int | None:

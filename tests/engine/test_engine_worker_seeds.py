@@ -37,6 +37,7 @@ from engine.engine_datasets import (
 from harness import leaks
 from stoker import ArrayDataset, DataLoader
 from stoker._proc import usable_cpus
+from stoker.engine.pool import WorkerPool
 
 MODES = ("process", "thread")
 USER_SEED = 12345
@@ -258,10 +259,14 @@ def test_as_many_workers_boot_at_once_as_there_are_cpus(context: str) -> None:
         Samples(12), batch_size=2, num_workers=workers, multiprocessing_context=context,
         persistent_workers=True,
     )  # fmt: skip
-    it = iter(loader)
-    it.start()  # the pool exists, no batch is loaded yet
-    booting = [loader._pool.is_started(w) for w in range(workers)]
+    pool = WorkerPool(loader._worker_spec(), workers, "process", loader.multiprocessing_context)
+    try:
+        booting = [pool.is_started(w) for w in range(workers)]
+    finally:
+        pool.shutdown()
     assert booting == [w < cpus for w in range(workers)]
+    it = iter(loader)  # starts them all: the rest once worker 0 is ready
+    assert loader._pool.initialised == set(range(workers))
     assert sorted(int(i) for batch in it for i in batch[0]) == list(range(12))
     loader.close()
 

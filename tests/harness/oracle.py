@@ -75,7 +75,7 @@ REFUSALS = [
     re.compile(pattern)
     for pattern in (
         r"thread workers share one .* object, so it holds one place for all of them",
-        r"a stream resumes only with the same number of workers",
+        r"cannot say which records each shard delivered, so it resumes only with the same number",
         r"persistent workers each held their own copy of .*: each copy resumes in its own worker",
     )
 ]

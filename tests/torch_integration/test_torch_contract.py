@@ -49,17 +49,93 @@ def test_it_is_a_torch_dataloader_with_torch_samplers() -> None:
     assert torch.equal(loader.collate_fn([1, 2]), tud.default_collate([1, 2]))
 
 
-def test_iter_starts_nothing_until_the_first_next() -> None:
+def test_iter_starts_the_workers_but_not_the_epoch() -> None:
+    """As torch's iter() does, stoker's starts the workers; the epoch waits for next()."""
     loader = DataLoader(Squares(), batch_size=4, shuffle=True, num_workers=2)
+    torch.manual_seed(3)
+    before = torch.random.get_rng_state()
     it = iter(loader)
     assert len(it) == 6
-    assert descendants(os.getpid()) == [], "iter() started workers"
-    assert loader.sampler.epoch == 0, "iter() read the sampler"
-    assert loader.state_dict()["epoch"] == 0, "iter() counted an epoch"
+    assert descendants(os.getpid()), "iter() did not start the workers"  # (forked: worker 0)
+    assert torch.equal(torch.random.get_rng_state(), before), "iter() drew from the generator"
     del it
-    first = flat(loader)  # the discarded iterator cost nothing: this is still epoch 0
-    loader.sampler.set_epoch(0)
-    assert first == flat(loader)
+    assert wait_for(lambda: descendants(os.getpid()) == []), "a dropped iterator kept its workers"
+    torch.manual_seed(3)
+    first = flat(loader)  # the dropped iterator decided nothing: this is still epoch 0
+    torch.manual_seed(3)
+    fresh = DataLoader(Squares(), batch_size=4, shuffle=True, num_workers=2)
+    assert first == flat(fresh)
+
+
+def test_a_failing_worker_init_fn_raises_in_iter() -> None:
+    """torch's StatefulDataLoader raises it in iter(); stoker too, and stops the workers."""
+
+    def fails(worker_id: int) -> None:
+        raise ValueError(f"worker {worker_id} cannot start")
+
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2, worker_init_fn=fails)
+    with pytest.raises(ValueError, match=r"worker \d cannot start") as raised:
+        iter(loader)
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "in worker_init_fn or while starting the worker" in notes
+    assert wait_for(lambda: descendants(os.getpid()) == []), "the failed workers were left"
+    with pytest.raises(ValueError, match="cannot start"):  # the next iter() tries again
+        iter(loader)
+
+
+INIT_SEED: list[int] = []
+
+
+def remember_seed(worker_id: int) -> None:
+    INIT_SEED[:] = [int(torch.initial_seed())]
+
+
+class Seeds(tud.Dataset):
+    """Each sample: its index, the worker's seed now, the seed worker_init_fn saw."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> tuple[int, int, int]:
+        return i, int(torch.initial_seed()), INIT_SEED[0]
+
+
+def test_set_epoch_between_iter_and_next_gets_workers_seeded_for_it() -> None:
+    """worker_init_fn sees the seed of the epoch that runs, even when set_epoch moves it
+    after iter() started the workers (they are started again, for the right epoch)."""
+
+    def epochs(late: bool) -> list[list[tuple[int, int, int]]]:
+        sampler = tud.DistributedSampler(Seeds(), num_replicas=1, rank=0, seed=1)
+        loader = DataLoader(
+            Seeds(), sampler=sampler, num_workers=1, generator=7, worker_init_fn=remember_seed,
+            collate_fn=lambda b: b,
+        )  # fmt: skip
+        seen = [list(loader)]
+        if late:
+            it = iter(loader)
+            sampler.set_epoch(4)  # iter() started the workers for epoch 1
+        else:
+            sampler.set_epoch(4)
+            it = iter(loader)
+        seen.append(list(it))
+        return [[sample for batch in epoch for sample in batch] for epoch in seen]
+
+    late, early = epochs(late=True), epochs(late=False)
+    assert late == early
+    for epoch in late:
+        assert all(seed == init for _, seed, init in epoch), "worker_init_fn saw another seed"
+    assert late[0] != late[1]
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

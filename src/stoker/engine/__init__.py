@@ -2,6 +2,9 @@
 
 One batch, hop by hop, with the file that does each step:
 
+0. ``iter(loader)`` starts the pool the epoch needs and waits for its workers'
+   ``worker_init_fn`` (``boot.py``), as torch's ``iter()`` does; the epoch itself waits for
+   the first ``next()``.
 1. ``loader.py`` (:meth:`stoker.DataLoader._begin_epoch`) decides the epoch: its number and
    seed, the sampler's order, the batches a resumed epoch skips. It hands the engine a
    :class:`~stoker.engine.messages.WorkerSpec` (what to load), an

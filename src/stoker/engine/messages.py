@@ -78,11 +78,17 @@ class StartEpoch:
     ``stream_state``: a resumed epoch's state of this worker's stream (what a
     :class:`StreamState` answered for the last batch of it the consumer received), which it
     opens its stream from (see :class:`stoker.engine.fetch.IterableFetcher`).
+
+    ``boot``: sent by ``iter(loader)`` to workers it starts, with the epoch and seed it
+    expects, so that ``worker_init_fn`` runs (and fails) there, as torch's does. The
+    epoch's own StartEpoch follows at its first ``next()``; if it has the same epoch and
+    seed, the worker, already seeded, only takes its stream state.
     """
 
     epoch: int
     seed: int
     stream_state: Any = None
+    boot: bool = False
 
     __reduce__ = _reduce
 

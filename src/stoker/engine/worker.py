@@ -223,6 +223,7 @@ class _WorkerLoop:
         self.epoch, self.epoch_seed = -1, 0
         self.fetcher: MapFetcher | IterableFetcher | None = None
         self.initialised = False  # worker_init_fn runs at the first StartEpoch, once seeded
+        self.booted: tuple[int, int] | None = None  # (epoch, seed) of a boot StartEpoch
         self.left_to_user: frozenset[str] = frozenset()
         self.idle = 0.0  # time spent waiting for work since the last answer (autotuning)
         # an iterable dataset: the state a resumed epoch's stream opens from, the captures of
@@ -234,6 +235,11 @@ class _WorkerLoop:
     def start_epoch(self, message: StartEpoch) -> bool:
         """Seeds the worker for the epoch (worker_init_fn the first time); False: it failed."""
         spec, worker_id = self.spec, self.worker_id
+        booted, self.booted = self.booted, (message.epoch, message.seed) if message.boot else None
+        if booted == (message.epoch, message.seed) and not message.boot:
+            # iter() started this epoch already: seeded, worker_init_fn run, set_epoch told
+            self.resume_stream = message.stream_state
+            return True
         self.epoch, self.epoch_seed = message.epoch, message.seed
         seed = _worker_seed(message.seed, worker_id)
         rng = None if self.seed_globals else WorkerRNG.seeded(seed)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -196,12 +196,15 @@ class RecordStream:
         live: Any = None,
         keyed: bool = True,
         ends: bool = False,
+        delivered: Container[Position] | None = None,
     ) -> Iterator[Any]:
         """``(position, sample)`` of this shard's records, starting after ``after``.
 
         With ``live``, each record's position is also set as ``live.read`` before it is
         yielded; with ``keyed=False`` the samples come alone (one generator, no pairs);
         ``ends``: this is the whole stream, and ``live.ended`` is set once it has run out.
+        ``delivered``: positions delivered by other shards this epoch (a regrouped resume),
+        passed over unread.
         """
         order = self._record_order()
         shard = self._shard(order)
@@ -222,6 +225,8 @@ class RecordStream:
                     else:
                         rows = itertools.islice(rows, shard.record_offset, None, stride)
                     for r, raw in rows:
+                        if delivered is not None and (file_index, r) in delivered:
+                            continue
                         value = self._finish_at(raw, file_index, r)
                         if value is not skip:
                             live.read = position = (file_index, r)
@@ -357,6 +362,26 @@ class RecordStream:
         state = check_positions_state(type(self).__name__, state, files, self.shuffle_buffer)
         self.epoch = state["epoch"]
         self._resume = state
+
+    def _regrouped_state(
+        self, streams: Mapping[int, tuple[Mapping[str, Any] | None, bool]], num_workers: int
+    ) -> dict[str, Any]:
+        """The state every worker of a loader with another worker count opens from: the
+        records the old ``num_workers`` workers' streams delivered, to skip (each old
+        worker's state and whether its stream ended; see :mod:`stoker.streams._regroup`)."""
+        from stoker.streams._regroup import regrouped_state
+        from stoker.streams.shuffle import check_positions_state
+
+        owner, files = type(self).__name__, len(self._record_order())
+        checked = {
+            worker_id: (
+                None if state is None
+                else check_positions_state(owner, state, files, self.shuffle_buffer),
+                ended,
+            )
+            for worker_id, (state, ended) in streams.items()
+        }  # fmt: skip
+        return regrouped_state(self, checked, num_workers)
 
     # -- cheap captures (stoker._state_capture) ------------------------------------------
     def _saves_state(self) -> bool:

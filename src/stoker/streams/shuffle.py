@@ -62,6 +62,7 @@ from stoker.streams._records import (
     state_list,
     state_shard,
 )
+from stoker.streams._regroup import Delivered, check_marks
 
 __all__ = ["ShuffleBuffer", "check_positions_state"]
 
@@ -151,6 +152,16 @@ def check_positions_state(owner: str, state: Any, files: int, size: int | None) 
     """
     state = check_stream_state(owner, state, STATE_KIND, _POSITIONS_KEYS)
     state["epoch"] = state_int(owner, "state['epoch']", state["epoch"])
+    if "delivered" in state:  # records other shards delivered (stoker.streams._regroup)
+        state["delivered"] = check_marks(owner, state["delivered"], files)
+    if state["shard"] is None and state.get("delivered") is not None:
+        for key in ("read", "rng"):  # a regrouped state: nothing read by this shard yet
+            if state[key] is not None:
+                raise state_error(
+                    owner, f"state[{key!r}]", state[key], "None, as state['shard'] is"
+                )
+        state["buffer"] = np.zeros((0, 2), dtype=np.int64)
+        return state
     state["shard"] = state_shard(owner, state["shard"])
     read = state["read"]
     if read is not None:
@@ -224,8 +235,8 @@ class _Live:
     """What one iteration holds: buffer, generator, last record read (the state's source)."""
 
     __slots__ = (
-        "buffer", "ended", "epoch", "journal", "logged_from", "marks", "places", "ran_out",
-        "read", "rng", "shard", "steps",
+        "buffer", "delivered", "ended", "epoch", "journal", "logged_from", "marks", "places",
+        "ran_out", "read", "rng", "shard", "steps",
     )  # fmt: skip
 
     def __init__(self, epoch: int, shard: tuple[int, int], rng: Any, buffer: list[Any], read: Any):
@@ -237,6 +248,8 @@ class _Live:
         # the source ran out: the buffer drains, and a state taken now must not read the
         # source again (a stream may rewind itself at its end, its state then its next epoch's)
         self.ran_out = False
+        # a regrouped resume's marks: records other shards delivered this epoch (skipped)
+        self.delivered: list[dict[str, Any]] | None = None
         self.steps = 0  # samples taken out of the buffer
         # a buffer of samples, while a capture of it lives: each step since the oldest such
         # capture, as (place taken, entry taken, entries refilled), so that a capture is a mark
@@ -246,7 +259,7 @@ class _Live:
         self.marks: list[tuple[int, weakref.ref[_Mark]]] = []  # the live marks' steps
 
     def positions_state(self) -> dict[str, Any]:
-        return {
+        state = {
             "kind": STATE_KIND,
             "epoch": self.epoch,
             "shard": list(self.shard),
@@ -254,6 +267,9 @@ class _Live:
             "buffer": np.frombuffer(self.places, dtype=np.int64).reshape(-1, 2).copy(),
             "rng": None if self.rng is None else self.rng.bit_generator.state,
         }
+        if self.delivered is not None:
+            state["delivered"] = self.delivered
+        return state
 
     def mark(self, inner: Any) -> _Mark:
         """A capture of this buffer of samples now: O(1), whatever the buffer holds."""
@@ -357,7 +373,10 @@ def _start_positioned(
     shard = current_shard(rank=stream.rank, world_size=stream.world_size)
     after: Position | None = None
     rng, buffer = None, []
-    if resume is not None:
+    delivered = None
+    if resume is not None and resume.get("delivered"):
+        delivered = Delivered(owner, resume["delivered"], stream._record_order())
+    if resume is not None and resume["shard"] is not None:
         check_shard(owner, resume, stream.rank, stream.world_size)
         after = None if resume["read"] is None else (int(resume["read"][0]), int(resume["read"][1]))
         if resume.get("rng") is not None:
@@ -368,9 +387,11 @@ def _start_positioned(
     if size is not None and rng is None:
         rng = buffer_rng(seed, stream.seed, epoch, shard[0])
     live = _Live(epoch, shard, rng, buffer, after)
+    if delivered is not None:
+        live.delivered = resume["delivered"]
     if size is None:
-        return live, stream._positioned(after, live, keyed=False, ends=True)
-    return live, _shuffled(stream._positioned(after, live), size, live)
+        return live, stream._positioned(after, live, keyed=False, ends=True, delivered=delivered)
+    return live, _shuffled(stream._positioned(after, live, delivered=delivered), size, live)
 
 
 def iterate_reader(reader: RecordStream, resume: Mapping[str, Any] | None) -> Iterator[Any]:

@@ -13,6 +13,7 @@ import torch.utils.data as tud
 from torch.utils.data.dataloader import _DatasetKind
 
 from stoker.collate import default_collate
+from stoker.engine.boot import Booted
 from stoker.loader import DataLoader as _CoreDataLoader
 from stoker.torch import _datapipes
 from stoker.torch._convert import to_tensors
@@ -207,7 +208,12 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
         torch_strings = collate.torch_strings if isinstance(collate, TorchCollate) else False
         return to_tensors(batch, torch_strings=torch_strings)
 
-    def _begin_epoch(self) -> Iterator[Any]:
+    def _expected_start(self) -> tuple[int, int] | None:
+        if isinstance(self.dataset, _datapipes.SeededDataPipe):
+            return None  # the epoch's seed is drawn for the graph at its start
+        return super()._expected_start()
+
+    def _begin_epoch(self, booted: Booted | None = None) -> Iterator[Any]:
         dataset = self.dataset
         if isinstance(dataset, _datapipes.SeededDataPipe):
             # torch draws the graph's shared seed at every epoch; it becomes the epoch's seed,
@@ -215,7 +221,7 @@ class DataLoader(_CoreDataLoader[T], tud.DataLoader):
             dataset.epoch_seed = self._datapipe_seed = _datapipes.draw_epoch_seed(self.generator)
             if self.num_workers == 0:
                 _datapipes.shard_in_process(dataset)
-        return super()._begin_epoch()
+        return super()._begin_epoch(booted)
 
     def _epoch_seed(self, epoch: int, *, draw: bool) -> int:
         seed = self.__dict__.pop("_datapipe_seed", None)
