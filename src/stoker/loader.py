@@ -1086,11 +1086,17 @@ class DataLoader(Generic[T]):
         )
 
     def close(self) -> None:
-        """Stops persistent workers and frees their shared memory; safe to call twice.
+        """Stops the running epoch and persistent workers, frees their shared memory; safe
+        to call twice, and from another thread (a ``next()`` waiting there raises
+        StopIteration).
 
-        Iterators of non-persistent loaders clean up when exhausted, closed or
+        Iterators of non-persistent loaders also clean up when exhausted, closed or
         garbage collected; see NOTE [ Shutdown ] in :mod:`stoker.engine.pool`.
         """
+        engine = self._engine() if self._engine is not None else None
+        close_epoch = getattr(engine, "close", None)
+        if close_epoch is not None:
+            close_epoch()  # the running epoch too: a next() waiting in another thread ends
         if self._pool_finalizer is not None:
             self._pool_finalizer()
         self._pool = None

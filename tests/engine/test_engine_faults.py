@@ -201,6 +201,32 @@ def test_hanging_worker_times_out_with_its_stack(mode: str, tmp_path) -> None:
     assert elapsed < _ERROR_WITHIN_S
 
 
+def test_a_timeout_after_the_stack_files_were_removed_still_names_the_stack_and_closes() -> None:
+    """Another trainer sharing /tmp (another PID namespace) removed stoker-stack-*: the
+    timeout error still comes (saying there is no stack), and the pool closes."""
+    import glob
+    import tempfile
+
+    from stoker._proc import descendants
+
+    loader = DataLoader(Hangs(10, bad=4), batch_size=2, num_workers=2, timeout=1)
+    it = iter(loader)
+    assert [next(it)[0].tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    mine = glob.glob(os.path.join(tempfile.gettempdir(), f"stoker-stack-{os.getpid()}-*"))
+    assert len(mine) == 2
+    for path in mine:
+        os.unlink(path)
+    with pytest.raises(WorkerError) as excinfo:
+        next(it)
+    text = str(excinfo.value)
+    assert "DataLoader timed out after 1 seconds waiting for" in text and "indices [4, 5]" in text
+    assert "(no stack: FileNotFoundError" in text
+    deadline = time.monotonic() + 10
+    while descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert descendants(os.getpid()) == [], "the stuck workers were left running"
+
+
 def refuse_batches_with_seven(samples: list) -> list:
     """A collate_fn that fails on one batch."""
     if any(sample[0] == 7 for sample in samples):

@@ -6,11 +6,13 @@ import functools
 import gc
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from engine.engine_datasets import (
+    BlocksFrom,
     CollectsGarbage,
     Raises,
     Recording,
@@ -21,6 +23,7 @@ from engine.engine_datasets import (
 )
 from harness import leaks as engine_harness
 from stoker import DataLoader
+from stoker._proc import descendants
 
 MODES = ("process", "thread")
 
@@ -332,3 +335,39 @@ def test_torch_code_reading_the_workers_after_iter_sees_every_process() -> None:
     processes = iterator._workers  # torch's attribute, read right after iter()
     assert len(processes) == 4 and all(p.is_alive() for p in processes)
     assert sorted(int(i) for b in iterator for i in b[0]) == list(range(40))
+
+
+@pytest.mark.parametrize("closer", ["iterator", "loader"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+@pytest.mark.parametrize("mode", MODES)
+def test_close_from_another_thread_ends_a_waiting_next_at_once(
+    mode: str, persistent: bool, closer: str, tmp_path
+) -> None:
+    """next() waits for a batch that will not come soon; another thread closes: next()
+    raises StopIteration within a second or so, hands out no batch after the close, and
+    the workers are gone (it used to spin at 100% CPU, or deliver one more batch)."""
+    release = str(tmp_path / "release")
+    loader = DataLoader(
+        BlocksFrom(12, first_blocked=4, release_path=release), batch_size=2, num_workers=2,
+        worker_mode=mode, persistent_workers=persistent,
+    )  # fmt: skip
+    it = iter(loader)
+    assert [next(it)[0].tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    target = it if closer == "iterator" else loader
+    timer = threading.Timer(0.3, target.close)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(StopIteration):
+            next(it)
+        waited = time.monotonic() - started
+        assert list(it) == [], "a batch was handed out after close()"
+    finally:
+        open(release, "w").close()  # thread workers cannot be killed: let them finish
+        timer.join()
+    assert waited < 3.0, f"next() took {waited:.1f} s to notice the close"
+    loader.close()
+    deadline = time.monotonic() + 10
+    while descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert descendants(os.getpid()) == []

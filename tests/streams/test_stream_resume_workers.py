@@ -156,7 +156,10 @@ def test_a_stream_that_cannot_regroup_is_refused_with_the_numbers(tmp_path) -> N
             self.start = 0
 
         def __iter__(self):
-            return iter(range(self.start, 40))
+            from stoker import get_worker_info
+
+            info = get_worker_info()
+            return iter(range(self.start + info.id, 40, info.num_workers))
 
         def state_dict(self):
             return {"start": self.start}

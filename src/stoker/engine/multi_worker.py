@@ -151,6 +151,7 @@ class MultiWorkerIterator:
         self._stream_tasks: dict[int, tuple[int, int]] = {}
         self._take_backs = plan.take_backs
         self._sources_done = False
+        self._closed = False  # close() was called (from any thread): next() stops at once
         self._finalizer: weakref.finalize | None = None
         # a thread pool's first task goes out alone (stoker.engine.head_start): due until
         # it is sent, then the HeadStart that says when the others follow
@@ -236,6 +237,8 @@ class MultiWorkerIterator:
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         self._dispatch()  # the consumer may have dropped batches since the last call
         while True:
+            if self._closed or self._pool.state is not PoolState.RUNNING:
+                raise StopIteration  # closed by another thread while this one waited
             ready = self._take_ready()
             if ready is not None:
                 batch = self._hand_out(*ready, entered)
@@ -262,19 +265,31 @@ class MultiWorkerIterator:
                 if remaining <= 0:
                     self._raise_timeout()
                 wait = min(wait, remaining)
-            try:
-                transport_before = self._pool.transport_s
-                messages, deaths = self._pool.poll(wait)
-                self._recorder.stats.transport_s += self._pool.transport_s - transport_before
-            except BaseException:
-                self.close()
-                raise
+            messages, deaths = self._poll(wait)
             for worker_id, message, leased in messages:
                 self._receive(worker_id, message, leased)
             for death in deaths:
                 self._end_head_start()
                 self._handle_death(death)
             self._dispatch()  # results lowered the load; dropped batches freed slots
+
+    def _poll(self, wait: float) -> tuple[list[tuple[int, Any, set[int]]], Any]:
+        """The pool's messages and deaths within ``wait`` s; StopIteration if another thread
+        closed the epoch (its workers stopped under this wait)."""
+        try:
+            transport_before = self._pool.transport_s
+            found = self._pool.poll(wait)
+            self._recorder.stats.transport_s += self._pool.transport_s - transport_before
+            return found
+        except Exception:
+            closed = self._closed or self._pool.state is not PoolState.RUNNING
+            self.close()
+            if closed:
+                raise StopIteration from None
+            raise
+        except BaseException:
+            self.close()
+            raise
 
     def _hand_out(self, task_id: int, item: Any, entered: float) -> Any:
         """The user's batch for a ready entry (raising a worker's error); ``SKIPPED`` if empty."""
@@ -815,9 +830,13 @@ class MultiWorkerIterator:
             )
         pending = ledger.pending[task_id]
         worker_id = pending.worker_id
-        stack = self._pool.dump_stack(worker_id)
         pid = self._pool.pid(worker_id)
-        self._close_broken()
+        try:
+            stack = self._pool.dump_stack(worker_id)
+        except Exception as exc:  # the timeout is the error; the stack is a courtesy
+            stack = f"(no stack: {type(exc).__name__}: {exc})"
+        finally:
+            self._close_broken()
         what = (
             "the next batch"
             if self._iterable
@@ -842,7 +861,9 @@ class MultiWorkerIterator:
         self.close()
 
     def close(self) -> None:
-        """Stops this epoch. Non-persistent workers are shut down; safe to call twice."""
+        """Stops this epoch. Non-persistent workers are shut down; safe to call twice, and
+        from another thread: a ``next()`` waiting there raises StopIteration."""
+        self._closed = True
         if self._finalizer is not None:
             self._finalizer()
         self._ready.clear()
