@@ -429,13 +429,7 @@ class DataLoader(Generic[T]):
             epoch = resume["epoch"]
         else:
             owner = epoch_owner(self._index_sampler) if not self._iterable else None
-            epoch = self._epoch
-            if (
-                owner is not None
-                and self._left_epoch is not None
-                and owner.epoch != self._left_epoch
-            ):
-                epoch = owner.epoch
+            epoch = self._followed_epoch(owner)
         try:
             if not _is_torch_generator(self.generator):
                 base = resume["seed"] if resume is not None else self._seed
@@ -456,8 +450,7 @@ class DataLoader(Generic[T]):
                 torch_seed = (_peek_torch_base_seed(self.generator, state), epoch)
         except Exception:  # a generator whose state cannot be copied: the workers wait
             return None
-        seed, drawn_at = torch_seed
-        return epoch, seed if epoch == drawn_at else _derive_epoch_seed(seed, epoch)
+        return epoch, _torch_epoch_seed(torch_seed, epoch)
 
     def _begin_epoch(self, booted: Booted | None = None) -> Iterator[Any]:
         """Starts an epoch and returns the iterator that loads it (at the first ``next()``).
@@ -628,13 +621,7 @@ class DataLoader(Generic[T]):
             epoch, skip, ahead = resume["epoch"], resume["batches"], resume.get("ahead", ())
             draw = self._restore_randomness(resume, draw)
         else:
-            if (
-                owner is not None
-                and self._left_epoch is not None
-                and owner.epoch != self._left_epoch
-            ):
-                self._epoch = owner.epoch  # the user called set_epoch: follow it
-            epoch = self._epoch
+            epoch = self._epoch = self._followed_epoch(owner)
             skip = self._skip_each_epoch
         if owner is not None:
             owner.set_epoch(epoch)
@@ -685,6 +672,13 @@ class DataLoader(Generic[T]):
             progress.start["globals"] = resume["globals"]
         elif draws_unrecorded(self._index_sampler):
             progress.start["globals"] = global_generators(self._index_sampler)
+
+    def _followed_epoch(self, owner: Any) -> int:
+        """The epoch a new (not resumed) epoch starts as: the loader's next one, or the
+        sampler's, if the user called its ``set_epoch`` since the last epoch started."""
+        if owner is not None and self._left_epoch is not None and owner.epoch != self._left_epoch:
+            return owner.epoch  # type: ignore[no-any-return]
+        return self._epoch
 
     def _restore_randomness(self, resume: Mapping[str, Any], draw: bool) -> bool:
         """Puts the seeds, the sampler and the generator back as ``resume`` saved them.
@@ -1018,8 +1012,7 @@ class DataLoader(Generic[T]):
             return _derive_epoch_seed(self._base_seed(), epoch)
         if draw or self._torch_seed is None:
             self._torch_seed = (_draw_torch_base_seed(self.generator), epoch)
-        seed, drawn_at = self._torch_seed
-        return seed if epoch == drawn_at else _derive_epoch_seed(seed, epoch)
+        return _torch_epoch_seed(self._torch_seed, epoch)
 
     def _new_autotuner(self) -> AutoTuner | None:
         tune_workers, tune_prefetch = self._autotune_flags
@@ -1328,6 +1321,13 @@ def _without_draws(draw: Callable[[], int]) -> int:
         np.random.set_state(numpy_state)
         if torch_state is not None:
             torch.random.set_rng_state(torch_state)
+
+
+def _torch_epoch_seed(torch_seed: tuple[int, int], epoch: int) -> int:
+    """Epoch ``epoch``'s seed from a torch.Generator's last base seed and the epoch it was
+    drawn for: that seed itself, or one derived from it for a later epoch."""
+    seed, drawn_at = torch_seed
+    return seed if epoch == drawn_at else _derive_epoch_seed(seed, epoch)
 
 
 def _peek_torch_base_seed(generator: Any, state: Any = None) -> int:

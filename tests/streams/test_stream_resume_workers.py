@@ -36,6 +36,16 @@ def flat(batches) -> list[tuple[tuple[int, int], float]]:
     return [(tuple(r["key"]), r["noise"]) for batch in batches for r in batch]
 
 
+def head_and_state(folder: str, batches: int, **options) -> tuple[list, dict]:
+    """The first ``batches`` batches of an epoch, and the loader's state after them."""
+    loader = loader_over(folder, **options)
+    it = iter(loader)
+    head = flat(next(it) for _ in range(batches))
+    state = loader.state_dict()
+    loader.close()
+    return head, state
+
+
 @pytest.mark.parametrize(
     ("num_workers", "persistent_workers"),
     [(0, False), (2, False), (2, True)],
@@ -51,11 +61,7 @@ def test_a_resumed_epoch_delivers_exactly_the_rest(
     assert sorted(k for k, _ in whole) == sorted(keys)  # every record once
     assert len({noise for _, noise in whole}) == len(whole)  # every sample drew its own
 
-    first = loader_over(str(tmp_path), **options)
-    it = iter(first)
-    head = flat(next(it) for _ in range(stop_after))
-    state = first.state_dict()
-    first.close()
+    head, state = head_and_state(str(tmp_path), stop_after, **options)
     if num_workers:
         assert set(state["workers"]) == {"num_workers", "streams", "next"}
         assert state["workers"]["num_workers"] == 2 and set(state["workers"]["streams"]) <= {0, 1}
@@ -70,12 +76,7 @@ def test_a_resumed_epoch_delivers_exactly_the_rest(
 
 
 def state_after_one_batch(folder: str) -> dict:
-    loader = loader_over(folder)
-    it = iter(loader)
-    next(it)
-    state = loader.state_dict()
-    it.close()
-    return state
+    return head_and_state(folder, 1)[1]
 
 
 def test_the_state_holds_positions_not_data(tmp_path) -> None:
@@ -96,15 +97,10 @@ def test_a_reader_resumes_with_other_worker_counts_delivering_each_record_once(
     tmp_path, counts, stop_after
 ) -> None:
     """Saved with W workers, resumed with W' (then saved again and resumed with W''): the
-    records delivered before are skipped, every other one comes once; same augmentations as
-    an uninterrupted run of the worker count that read it."""
+    records delivered before are skipped, every other one comes once."""
     keys = write_corpus(str(tmp_path))
     first_count, second_count, third_count = counts
-    first = loader_over(str(tmp_path), num_workers=first_count)
-    it = iter(first)
-    got = flat(next(it) for _ in range(stop_after))
-    state = first.state_dict()
-    first.close()
+    got, state = head_and_state(str(tmp_path), stop_after, num_workers=first_count)
     second = loader_over(str(tmp_path), num_workers=second_count)
     second.load_state_dict(state)
     it = iter(second)
@@ -195,11 +191,7 @@ def test_a_stream_moves_between_0_and_1_workers_mid_epoch(
     whole = flat(loader_over(str(tmp_path), num_workers=saved_with))
     assert whole == flat(loader_over(str(tmp_path), num_workers=resumed_with))  # one shard
 
-    first = loader_over(str(tmp_path), num_workers=saved_with)
-    it = iter(first)
-    head = flat(next(it) for _ in range(stop_after))
-    state = first.state_dict()
-    first.close()
+    head, state = head_and_state(str(tmp_path), stop_after, num_workers=saved_with)
     resumed = loader_over(str(tmp_path), num_workers=resumed_with)
     resumed.load_state_dict(state)
     rest = flat(resumed)

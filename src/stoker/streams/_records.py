@@ -42,11 +42,13 @@ __all__ = [
     "state_error",
     "state_int",
     "state_list",
+    "state_position",
     "state_shard",
 ]
 
 Position = tuple[int, int]
 STATE_KIND = "stoker.stream"
+_POSITION_BOUND = 2**63  # positions are stored as int64
 _SHOWN_CHARS = 160  # a value in an error message is cut to this many characters
 
 
@@ -90,6 +92,20 @@ def state_int(owner: str, entry: str, value: Any, *, maximum: int | None = None)
         must = "an int >= 0" if maximum is None else f"an int in [0, {maximum}]"
         raise state_error(owner, entry, value, must)
     return int(value)
+
+
+def state_position(owner: str, entry: str, value: Any, files: int) -> Position:
+    """``value`` as a ``(file, record)`` position of one of ``files`` files."""
+    pair = value.tolist() if isinstance(value, np.ndarray) else value
+    if (
+        not isinstance(pair, (list, tuple))
+        or len(pair) != 2
+        or not all(is_int(v) and 0 <= v < _POSITION_BOUND for v in pair)
+        or pair[0] >= files
+    ):
+        must = f"[file, record]: ints in [0, 2**63), the file in [0, {files - 1}] ({files} files)"
+        raise state_error(owner, entry, value, must)
+    return int(pair[0]), int(pair[1])
 
 
 def state_list(owner: str, entry: str, value: Any, length: int | None = None) -> list[Any]:

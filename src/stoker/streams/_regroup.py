@@ -28,7 +28,7 @@ import numpy as np
 
 from stoker._validate import is_int
 from stoker.sharding import current_shard, shard_for_worker
-from stoker.streams._records import STATE_KIND, state_error, state_shard
+from stoker.streams._records import STATE_KIND, state_error, state_position, state_shard
 
 __all__ = ["Delivered", "check_marks", "regrouped_state"]
 
@@ -84,27 +84,17 @@ def check_marks(owner: str, value: Any, files: int) -> list[dict[str, Any]]:
         shard = state_shard(owner, mark["shard"])
         read = mark["read"]
         if read is not None:
-            read = _position(owner, f"{entry}['read']", read, files)
+            read = list(state_position(owner, f"{entry}['read']", read, files))
         rows = mark["buffer"]
         rows = rows.tolist() if isinstance(rows, np.ndarray) else rows
         if not isinstance(rows, (list, tuple)):
             raise state_error(owner, f"{entry}['buffer']", rows, "a list of [file, record]")
-        buffer = [_position(owner, f"{entry}['buffer'][{i}]", p, files) for i, p in enumerate(rows)]
+        buffer = [
+            list(state_position(owner, f"{entry}['buffer'][{i}]", p, files))
+            for i, p in enumerate(rows)
+        ]
         marks.append({"shard": shard, "read": read, "buffer": buffer, "ended": mark["ended"]})
     return marks
-
-
-def _position(owner: str, entry: str, value: Any, files: int) -> list[int]:
-    pair = value.tolist() if isinstance(value, np.ndarray) else value
-    if (
-        not isinstance(pair, (list, tuple))
-        or len(pair) != 2
-        or not all(is_int(v) and v >= 0 for v in pair)
-        or pair[0] >= files
-    ):
-        must = f"[file, record]: ints >= 0, the file in [0, {files - 1}] ({files} files)"
-        raise state_error(owner, entry, value, must)
-    return [int(pair[0]), int(pair[1])]
 
 
 class Delivered:

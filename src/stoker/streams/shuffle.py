@@ -60,6 +60,7 @@ from stoker.streams._records import (
     state_error,
     state_int,
     state_list,
+    state_position,
     state_shard,
 )
 from stoker.streams._regroup import Delivered, check_marks
@@ -71,7 +72,6 @@ _NO_PLACE = (-1, -1)  # a sample of a stream that is not a reader has no positio
 _POSITIONS_KEYS = ("kind", "epoch", "shard", "read", "buffer", "rng")
 _SAMPLES_KEYS = ("kind", "epoch", "shard", "samples", "inner", "rng", "ran_out")
 _START_ENTRIES = (("epoch", "shard", "an int >= 0"), ("shard", "epoch", "[index, count]"))
-_POSITION_BOUND = 2**63  # positions are stored as int64
 _PCG64_BOUND = 2**128  # PCG64's state and increment are 128-bit
 _PCG64_KEYS = {"bit_generator", "state", "has_uint32", "uinteger"}
 
@@ -109,24 +109,11 @@ def _check_rng_state(owner: str, rng: Any) -> None:
         raise state_error(owner, "state['rng']", rng, must)
 
 
-def _saved_position(owner: str, entry: str, value: Any, files: int) -> Position:
-    pair = value.tolist() if isinstance(value, np.ndarray) else value
-    if (
-        not isinstance(pair, (list, tuple))
-        or len(pair) != 2
-        or not all(is_int(v) and 0 <= v < _POSITION_BOUND for v in pair)
-        or pair[0] >= files
-    ):
-        must = f"[file, record]: ints in [0, 2**63), the file in [0, {files - 1}] ({files} files)"
-        raise state_error(owner, entry, value, must)
-    return int(pair[0]), int(pair[1])
-
-
 def _buffered_positions(owner: str, value: Any, files: int, size: int | None) -> list[Position]:
     """``state['buffer']``: distinct positions, no more than the buffer loading it holds."""
     rows = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 2 else value
     rows = state_list(owner, "state['buffer']", rows)
-    buffer = [_saved_position(owner, f"state['buffer'][{k}]", p, files) for k, p in enumerate(rows)]
+    buffer = [state_position(owner, f"state['buffer'][{k}]", p, files) for k, p in enumerate(rows)]
     first: dict[Position, int] = {}
     for k, position in enumerate(buffer):
         if position in first:
@@ -165,7 +152,7 @@ def check_positions_state(owner: str, state: Any, files: int, size: int | None) 
     state["shard"] = state_shard(owner, state["shard"])
     read = state["read"]
     if read is not None:
-        read = _saved_position(owner, "state['read']", read, files)
+        read = state_position(owner, "state['read']", read, files)
     buffer = _buffered_positions(owner, state["buffer"], files, size)
     if buffer and read is None:
         must = "a position, as state['buffer'] holds records read"
@@ -239,7 +226,10 @@ class _Live:
         "ran_out", "read", "rng", "shard", "steps",
     )  # fmt: skip
 
-    def __init__(self, epoch: int, shard: tuple[int, int], rng: Any, buffer: list[Any], read: Any):
+    def __init__(
+        self, epoch: int, shard: tuple[int, int], rng: Any, buffer: list[Any], read: Any,
+        delivered: list[dict[str, Any]] | None = None,
+    ):  # fmt: skip
         self.epoch, self.shard, self.rng, self.buffer, self.read = epoch, shard, rng, buffer, read
         # the buffered records' positions, flat (file, record, file, record, ...) beside the
         # buffer, so a state (captured after every batch a process worker loads) copies one array
@@ -249,7 +239,7 @@ class _Live:
         # source again (a stream may rewind itself at its end, its state then its next epoch's)
         self.ran_out = False
         # a regrouped resume's marks: records other shards delivered this epoch (skipped)
-        self.delivered: list[dict[str, Any]] | None = None
+        self.delivered = delivered
         self.steps = 0  # samples taken out of the buffer
         # a buffer of samples, while a capture of it lives: each step since the oldest such
         # capture, as (place taken, entry taken, entries refilled), so that a capture is a mark
@@ -386,9 +376,7 @@ def _start_positioned(
         buffer = list(zip(positions, stream._read_positions(positions), strict=True))
     if size is not None and rng is None:
         rng = buffer_rng(seed, stream.seed, epoch, shard[0])
-    live = _Live(epoch, shard, rng, buffer, after)
-    if delivered is not None:
-        live.delivered = resume["delivered"]
+    live = _Live(epoch, shard, rng, buffer, after, resume["delivered"] if delivered else None)
     if size is None:
         return live, stream._positioned(after, live, keyed=False, ends=True, delivered=delivered)
     return live, _shuffled(stream._positioned(after, live, delivered=delivered), size, live)
