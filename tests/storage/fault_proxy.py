@@ -2,8 +2,10 @@
 
 Every request is forwarded to the upstream server after ``delay_s``; :meth:`FaultProxy.fail`
 queues failures for requests whose path contains a given text (an HTTP 503 ``ServiceUnavailable``
-answer, a connection reset with no answer, or ``truncate``: the real answer's headers and
-the first half of its body, then the connection closed), a number of times or for ever.
+answer, a connection reset with no answer, ``truncate``: the real answer's headers and
+the first half of its body, then the connection closed, or ``stall``: the headers and the
+first half of the body, then nothing until :meth:`FaultProxy.reset`, as a download that
+hangs mid-way), a number of times or for ever.
 Requests are counted by method and path, and their arrival times kept, so a test can tell
 what was fetched and when.
 """
@@ -11,6 +13,7 @@ what was fetched and when.
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.client
 import http.server
 import socket
@@ -21,6 +24,7 @@ from typing import Any
 
 __all__ = ["FaultProxy", "free_port"]
 
+_STALL_LIMIT_S = 120.0  # a stalled answer ends by then even if nobody calls reset()
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
 _UNAVAILABLE = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code>'
@@ -44,6 +48,7 @@ class FaultProxy:
         self.arrivals: list[tuple[float, str, str]] = []  # (time.monotonic(), method, path)
         self._faults: list[list[Any]] = []  # [path text, action, remaining (None: for ever)]
         self._lock = threading.Lock()
+        self._released = threading.Event()  # set by reset(): the stalled answers end
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -68,7 +73,8 @@ class FaultProxy:
 
     def fail(self, path_text: str, action: str = "503", times: int | None = 1) -> None:
         """The next ``times`` requests whose path holds ``path_text`` fail by ``action``
-        (``"503"``, ``"reset"`` or ``"truncate"``); ``times=None``: every one of them."""
+        (``"503"``, ``"reset"``, ``"truncate"`` or ``"stall"``); ``times=None``: every one of
+        them."""
         with self._lock:
             self._faults.append([path_text, action, times])
 
@@ -77,6 +83,8 @@ class FaultProxy:
             self._faults.clear()
             self.requests.clear()
             self.arrivals.clear()
+            released, self._released = self._released, threading.Event()
+        released.set()
         self.delay_s = 0.0
 
     def count(self, path_text: str, method: str = "GET") -> int:
@@ -141,6 +149,15 @@ class FaultProxy:
             handler.send_header("Content-Length", length or str(len(data)))
             handler.end_headers()
             if method != "HEAD":
+                if action == "stall":  # half the body, then silence until reset()
+                    with self._lock:
+                        released = self._released
+                    with contextlib.suppress(OSError):  # the client may be gone (killed)
+                        handler.wfile.write(data[: len(data) // 2])
+                        handler.wfile.flush()
+                    released.wait(_STALL_LIMIT_S)
+                    handler.close_connection = True
+                    return
                 if action == "truncate":  # the length announced, half the body sent
                     handler.wfile.write(data[: len(data) // 2])
                     handler.wfile.flush()

@@ -163,22 +163,32 @@ class PackedDataset(Dataset[Any]):
             )
         else:
             opened = _load(self.path, pid, self.storage)
-            if opened.remote is not None:
-                opened.remote.plan(self._shard_order)
-            fingerprint = opened.manifest[_FINGERPRINT]
-            if self._fingerprint is not None and fingerprint != self._fingerprint:
-                msg = (
-                    f"the packed dataset {self.path!r} was rewritten after this PackedDataset "
-                    "was opened (its manifest changed): a worker would read other data than the "
-                    "main process. Open it again."
-                )
-                raise PackedFormatError(msg)
-            if self.verify == "open" and not self._verified:
-                _verify_all(opened, self.path)
+            try:
+                self._check_opened(opened)
+            except BaseException:
+                if opened.remote is not None:  # its prefetch threads and its shards held
+                    opened.remote.close()
+                raise
             self._verified = True
-            self._fingerprint = fingerprint
+            self._fingerprint = opened.manifest[_FINGERPRINT]
         self._opened = opened
         return opened
+
+    def _check_opened(self, opened: _Opened) -> None:
+        """The checks of a newly loaded dataset: the manifest it was opened with, and
+        with ``verify="open"`` (the first time) every record."""
+        if opened.remote is not None:
+            opened.remote.plan(self._shard_order)
+        fingerprint = opened.manifest[_FINGERPRINT]
+        if self._fingerprint is not None and fingerprint != self._fingerprint:
+            msg = (
+                f"the packed dataset {self.path!r} was rewritten after this PackedDataset "
+                "was opened (its manifest changed): a worker would read other data than the "
+                "main process. Open it again."
+            )
+            raise PackedFormatError(msg)
+        if self.verify == "open" and not self._verified:
+            _verify_all(opened, self.path)
 
     def __getstate__(self) -> dict[str, Any]:
         # The path and the options only: the index is reloaded in the receiving process.

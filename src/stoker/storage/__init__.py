@@ -2,7 +2,8 @@
 anything else fsspec understands (``pip install 'stoker[storage]'``).
 
 - :mod:`stoker.storage.cache`: :class:`ShardCache`, a local folder with a size limit and
-  least-recently-used eviction, shared safely by processes;
+  least-recently-used eviction, shared safely by the processes of one user, whose copies
+  are of the objects' versions (ETag, version id, or modification time and size);
 - :mod:`stoker.storage.prefetch`: :class:`Prefetcher`, the next shards of a worker's list
   downloading in background threads;
 - :mod:`stoker.storage.fetch`: downloads retried with exponential backoff

@@ -173,7 +173,8 @@ def download(
     """Downloads ``url`` (``fs``'s path) to the new file ``dest``, trying as ``policy`` says.
 
     ``size`` (the listed size) is checked against what arrived; a short file is retried.
-    ``dest`` is removed again when every attempt failed.
+    Each attempt writes over ``dest`` (the file stays, so nobody can plant a link at its
+    name between attempts); it is removed when every attempt failed.
 
     Raises:
         RemoteReadError: naming the URL, the attempts and the last error.
@@ -188,9 +189,9 @@ def download(
                 raise ShortDownload(msg)
             return
         except Exception as exc:
-            _remove(dest)
             transient = is_transient(exc)
             if not transient or attempt == policy.attempts:
+                _remove(dest)
                 tries = f"after {attempt} attempts" if attempt > 1 else "at the first attempt"
                 why = "" if transient else " (not a transient error, so it was not retried)"
                 msg = f"cannot download {url} {tries}{why}: {type(exc).__name__}: {exc}"

@@ -7,6 +7,11 @@ memory and the folder is removed. A data shard is downloaded whole, through the 
 the first time one of its records is read; its size is checked against the manifest
 (and, with ``verify``, its records' crc32), then it is memory-mapped as a local one.
 
+A data shard's cached copy is used for the version of it that opening saw: its ETag (or
+what else one listing of the dataset's folder says, see :func:`version_of`) together with
+the manifest's digest, so a dataset written again under the same URL is downloaded again
+even where the file system gives no version.
+
 Without a cache folder the shards go to a private temporary one that keeps every shard
 read (up to a bound, see :meth:`Storage.keep_shards`), so an epoch in any sampler order
 downloads each shard once. Prefetching follows the order the shards are read in: a
@@ -22,7 +27,9 @@ mapped, whatever the order.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -34,9 +41,11 @@ from typing import Any
 from stoker.formats._packed_spec import MANIFEST_NAME, shard_file_names
 from stoker.storage.cache import CachedFile
 from stoker.storage.fetch import download
-from stoker.storage.remote import Storage
+from stoker.storage.remote import Storage, version_of
 
 __all__ = ["RemoteShards", "join_url"]
+
+logger = logging.getLogger("stoker")
 
 
 def join_url(url: str, name: str) -> str:
@@ -88,8 +97,11 @@ class RemoteShards:
         try:
             self._get(MANIFEST_NAME, folder, None)
             with open(os.path.join(folder, MANIFEST_NAME), "rb") as f:
-                manifest = json.loads(f.read().decode("utf-8"))
+                raw = f.read()
+            manifest = json.loads(raw.decode("utf-8"))
             shards = manifest.get("shards") if isinstance(manifest, dict) else None
+            count = len(shards) if isinstance(shards, list) else 0
+            self._note_versions(count, hashlib.sha256(raw).hexdigest()[:16])
             wanted: list[tuple[str, int | None]] = []
             for s, shard in enumerate(shards if isinstance(shards, list) else []):
                 sizes = shard if isinstance(shard, dict) else {}
@@ -105,6 +117,23 @@ class RemoteShards:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return folder
+
+    def _note_versions(self, count: int, manifest_digest: str) -> None:
+        """Tells the storage each data shard's version: what one listing of the dataset's
+        folder says of it (nothing when it cannot be listed) and the manifest's digest."""
+        listed: dict[str, str | None] = {}
+        fs = self.storage.filesystem(self.url)
+        path = fs._strip_protocol(self.url)
+        try:
+            fs.invalidate_cache(path)
+            found = fs.find(path, maxdepth=1, detail=True)
+            listed = {name.rpartition("/")[2]: version_of(info) for name, info in found.items()}
+        except Exception as exc:  # listing may be refused where reading is not
+            logger.debug("cannot list %s for its shards' versions: %r", self.url, exc)
+        for shard in range(count):
+            name = shard_file_names(shard)[0]
+            parts = (listed.get(name), f"manifest sha256={manifest_digest}")
+            self.storage.versions[join_url(self.url, name)] = "; ".join(p for p in parts if p)
 
     def _get(self, name: str, folder: str, size: int | None) -> None:
         url = join_url(self.url, name)

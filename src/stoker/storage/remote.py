@@ -5,11 +5,17 @@ fsspec, the cache, the prefetch depth and the retry policy. It pickles without i
 connections, so each worker process opens its own. :func:`open_files` gives a reader the
 local copy of each of its remote files, in the order the reader's shard reads them, the
 next ``prefetch`` of them downloading in the background.
+
+A local copy is of the object's version a reader saw: the one its listing gave, or, for
+an object it did not list (a URL in a list), the one the object's ``info()`` gave when the
+reader first opened it. :func:`version_of` tells what identifies a version.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import logging
 import os
 import re
 import shutil
@@ -17,7 +23,8 @@ import tempfile
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stoker._extras import require
@@ -27,10 +34,56 @@ from stoker.storage.cache import CachedFile, ShardCache
 from stoker.storage.fetch import RetryPolicy, download
 from stoker.storage.prefetch import Prefetcher
 
-__all__ = ["LocalCopies", "Storage", "is_remote", "open_files"]
+__all__ = ["Identity", "LocalCopies", "Storage", "is_remote", "open_files", "version_of"]
+
+logger = logging.getLogger("stoker")
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _GLOB_CHARS = frozenset("*?[")
+# What the file systems' info() says of an object's version, in the order they are used:
+# a tag of the bytes (S3, GCS, Azure, HTTP), an id of the version (a versioned S3 bucket,
+# GCS's generation), then the time it was written, taken with its size (a local or network
+# file system, an HTTP server without ETag).
+_TAG_FIELDS = ("ETag", "etag", "md5Hash", "Content-MD5", "Digest")
+_ID_FIELDS = ("VersionId", "version_id", "generation")
+_TIME_FIELDS = ("mtime", "LastModified", "last_modified", "Last-Modified", "updated")
+
+
+def version_of(info: Mapping[str, Any]) -> str | None:
+    """What identifies the version of the object an fsspec ``info()`` (or listing) entry
+    describes: ``'ETag="..."'``, ``'VersionId=...'``, ``'mtime=...,size=...'``, ...; None
+    when it gives nothing but a size.
+
+    Example:
+        >>> version_of({"size": 3, "ETag": '"900150983cd24fb0d6963f7d28e17f72"'})
+        'ETag="900150983cd24fb0d6963f7d28e17f72"'
+        >>> version_of({"size": 3, "mtime": 1700000000.5})
+        'mtime=1700000000.5,size=3'
+        >>> version_of({"size": 3}) is None
+        True
+    """
+    for field in _TAG_FIELDS + _ID_FIELDS:
+        value = info.get(field)
+        if value not in (None, ""):
+            return f"{field}={value}"
+    for field in _TIME_FIELDS:
+        value = info.get(field)
+        if isinstance(value, datetime.datetime):  # S3 gives it in UTC or local time
+            value = value.timestamp()
+        if value not in (None, ""):
+            return f"{field}={value},size={info.get('size')}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What a reader knows of one object: its size and version (see :func:`version_of`)
+    when known, and whether they could be found out at all (``known``: False when its
+    ``info()`` failed, so a cached copy cannot be trusted)."""
+
+    size: int | None
+    version: str | None
+    known: bool = True
 
 
 def is_remote(spec: Any) -> bool:
@@ -91,6 +144,7 @@ class Storage:
         self.prefetch = prefetch
         self.retry = RetryPolicy.of(retries)
         self.sizes: dict[str, int] = {}  # listed sizes, checked after each download
+        self.versions: dict[str, str | None] = {}  # listed versions (see version_of)
         self.private: ShardCache | None = None  # see keep_shards: shared by the workers
         self._kept = False
         self._local: dict[str, Any] = {}
@@ -202,35 +256,48 @@ class Storage:
             ):
                 continue
             url = fs.unstrip_protocol(name) if "://" not in name else name
-            if isinstance(info.get("size"), int):
-                self.sizes[url] = info["size"]
+            self._note(url, info)
             urls.append(url)
         return urls
 
+    def _note(self, url: str, info: Mapping[str, Any]) -> None:
+        """Records the size and version a listing or ``info()`` gave of ``url``."""
+        if isinstance(info.get("size"), int):
+            self.sizes[url] = info["size"]
+        self.versions[url] = version_of(info)
+
     # -- fetching --------------------------------------------------------------------
-    def size(self, url: str) -> int | None:
-        size = self.sizes.get(url)
-        if size is None:
+    def identity(self, url: str, size: int | None = None) -> Identity:
+        """``url``'s size (the listed one, else ``size``, else its ``info()``'s) and version:
+        the listed one, else its ``info()``'s, asked once (kept for the next times)."""
+        if url not in self.versions:
             fs = self.filesystem(url)
-            with contextlib.suppress(Exception):
-                listed = fs.info(fs._strip_protocol(url)).get("size")
-                size = listed if isinstance(listed, int) else None
-        return size
+            try:
+                info = fs.info(fs._strip_protocol(url))
+            except Exception as exc:  # the download says why, naming the URL, if it fails too
+                logger.debug("cannot find out the version of %s: %r", url, exc)
+                return Identity(self.sizes.get(url, size), None, known=False)
+            self._note(url, info)
+        return Identity(self.sizes.get(url, size), self.versions[url])
+
+    def size(self, url: str) -> int | None:
+        """``url``'s size, when the listing or the object's ``info()`` gives it."""
+        return self.identity(url).size
 
     def fetch(self, url: str, size: int | None = None) -> CachedFile:
-        """``url``'s local copy, held until closed (downloaded, with retries, on a miss)."""
+        """``url``'s local copy, held until closed (downloaded, with retries, on a miss).
+
+        The cache's copy is used when it is of the object's version (see
+        :meth:`identity`); otherwise the object is downloaded again.
+        """
         cache = self.local_cache()
-        size = self.sizes.get(url, size)
-        if cache.contains(url):
-            with contextlib.suppress(OSError):
-                return cache.get(url, size, _never)
-        fs = self.filesystem(url)
-        size = size if size is not None else self.size(url)
+        known = self.identity(url, size)
 
         def fetch(dest: str) -> None:
-            download(fs, url, dest, size=size, policy=self.retry)
+            logger.debug("downloading %s (%s) to %s", url, known.version or "no version", dest)
+            download(self.filesystem(url), url, dest, size=known.size, policy=self.retry)
 
-        return cache.get(url, size, fetch)
+        return cache.get(url, known.size, fetch, version=known.version, refresh=not known.known)
 
     def prefetcher(self, urls: Sequence[str]) -> Prefetcher[str, CachedFile]:
         return Prefetcher(urls, self.fetch, depth=self.prefetch, release=CachedFile.close)
@@ -248,10 +315,6 @@ def _warn_small(owner: str, total: int, limit: int, what: str) -> None:
         "download each shard once."
     )
     warnings.warn(msg, UserWarning, stacklevel=4)
-
-
-def _never(dest: str) -> None:
-    raise FileNotFoundError(dest)  # the cached file went away (evicted): download it
 
 
 def _options_for(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
