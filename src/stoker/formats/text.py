@@ -56,6 +56,7 @@ from stoker.formats._compressed import (
 )
 from stoker.formats._walk import glob_files, walk_files
 from stoker.seeding import epoch_rng
+from stoker.storage.fetch import RemoteReadError
 from stoker.storage.remote import Storage, is_remote, list_remote, open_files
 from stoker.streams._records import RecordStream
 
@@ -295,9 +296,15 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
                     ", and the lines read from it may be damaged too (pass verify='open' to "
                     "check each compressed file in full before reading it)"
                 )
-            msg = (
-                f"{type(self).__name__} cannot read {path!r} {where}: {type(exc).__name__}: {exc}. "
+            advice = (
                 f"{damage}. Fix or remove it, or pass on_error='skip' to skip what is left of it."
+            )
+            if isinstance(exc, RemoteReadError) and exc.network:  # its message says the network
+                advice = "Pass on_error='skip' to skip the files that cannot be downloaded."
+            text = str(exc).rstrip().rstrip(".")
+            msg = (
+                f"{type(self).__name__} cannot read {path!r} {where}: {type(exc).__name__}: "
+                f"{text}. {advice}"
             )
             if self.on_error == "raise":
                 raise DatasetError(msg) from exc
