@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from stoker._errors import DatasetError
+from stoker._printable import printable
 from stoker._skipped import SKIPPED
 from stoker._validate import check_choice, check_int
 from stoker.compact import StringArray
@@ -326,7 +327,7 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
                 self.skipped += 1
                 logger.warning(
                     "skipped a bad record at %s, line %d: %s: %s",
-                    path,
+                    printable(path),
                     line_number,
                     type(exc).__name__,
                     exc,
@@ -335,17 +336,18 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
             if isinstance(exc, json.JSONDecodeError):
                 snippet = text if len(text) <= 80 else text[:77] + "..."
                 msg = (
-                    f"{path}, line {line_number}: invalid JSON ({exc.msg} at column {exc.colno}): "
-                    f"{snippet!r}. Fix the line, or pass on_error='skip' to skip bad lines."
+                    f"{printable(path)}, line {line_number}: invalid JSON ({exc.msg} at column "
+                    f"{exc.colno}): {snippet!r}. Fix the line, or pass on_error='skip' to skip bad "
+                    "lines."
                 )
                 raise DatasetError(msg) from exc
             if isinstance(exc, UndecodableText):
                 msg = (
-                    f"{path}, line {line_number}: {exc}. Fix the line, or pass on_error='skip' "
-                    "to skip bad lines."
+                    f"{printable(path)}, line {line_number}: {exc}. Fix the line, or pass "
+                    "on_error='skip' to skip bad lines."
                 )
                 raise DatasetError(msg) from None
-            _note(exc, f"while reading {path}, line {line_number}")
+            _note(exc, f"while reading {printable(path)}, line {line_number}")
             raise
 
     def __repr__(self) -> str:

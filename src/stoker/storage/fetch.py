@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from stoker._errors import DatasetError
+from stoker._printable import printable
 from stoker._validate import check_int, check_seconds, is_number
 
 __all__ = [
@@ -246,7 +247,7 @@ def failure(
             f" (no answer within the retry policy's connect_timeout_s={policy.connect_timeout_s:g}"
             f" or read_timeout_s={policy.read_timeout_s:g})"
         )
-    msg = f"cannot {verb} {url} {tries}{why}: {error}."
+    msg = f"cannot {verb} {printable(url)} {tries}{why}: {error}."
     if detail:
         msg += f" {detail}"
     if transient:

@@ -30,6 +30,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from stoker._printable import printable
 from stoker.storage.fetch import RemoteReadError, RetryPolicy, ShortDownload, failure, is_transient
 
 __all__ = ["open_url"]
@@ -128,8 +129,8 @@ class _ResumingStream(io.RawIOBase):
         match = _CONTENT_RANGE.match(text)
         if match is None or int(match.group(1)) != self._delivered:
             msg = (
-                f"cannot read {self.url}: asked for its bytes from {self._delivered:,} on, the "
-                f"server answered with Content-Range {text!r}"
+                f"cannot read {printable(self.url)}: asked for its bytes from {self._delivered:,} "
+                f"on, the server answered with Content-Range {text!r}"
             )
             raise RemoteReadError(msg, self.url)
         total = match.group(3)
@@ -150,9 +151,9 @@ class _ResumingStream(io.RawIOBase):
             now = seen[name]
             if now is not None and now != before:
                 msg = (
-                    f"cannot read {self.url}: it changed while it was read (its {name} was "
-                    f"{before}, and is {now} after {self._delivered:,} bytes had arrived); read "
-                    "it again once it is no longer being replaced"
+                    f"cannot read {printable(self.url)}: it changed while it was read (its {name} "
+                    f"was {before}, and is {now} after {self._delivered:,} bytes had arrived); "
+                    "read it again once it is no longer being replaced"
                 )
                 raise RemoteReadError(msg, self.url)
 
