@@ -24,6 +24,7 @@ EXTRAS = {
     "matplotlib": ("matplotlib", "cli"),
     "fsspec": ("fsspec", "storage"),
     "s3fs": ("s3fs", "storage"),
+    "aiohttp": ("aiohttp", "storage"),  # fsspec's HTTP file system; s3fs brings it
     "ray": ("ray", "ray"),
 }
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from stoker._deprecated import Moved, moved_attribute
 from stoker._errors import TooManyBadSamples
+from stoker._printable import printable
 
 __all__ = ["ErrorReport", "SkippedSample", "TooManyBadSamples", "skipped_sample"]
 
@@ -50,8 +51,8 @@ class SkippedSample:
     epoch: int = -1
 
     def describe(self) -> str:
-        where = f" ({self.source})" if self.source else ""
-        return f"index {self.index!r}{where}: {self.error_type}: {self.message}"
+        where = f" ({printable(self.source)})" if self.source else ""
+        return f"index {self.index!r}{where}: {self.error_type}: {printable(self.message)}"
 
 
 def skipped_sample(dataset: Any, index: Any, exc: BaseException, epoch: int = -1) -> SkippedSample:

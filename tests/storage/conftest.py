@@ -2,9 +2,10 @@
 
 The server and the proxy live for the session (they are started before any test's leak
 baseline); each test gets a fresh bucket and a clean proxy, and its connections are
-closed when it ends. Credentials are dummies set here only, the instance metadata service
-is switched off, and every endpoint is asserted to be a loopback address, so nothing
-reaches a real cloud.
+closed when it ends. :func:`http_origin` serves a test's folder over plain HTTP, behind a
+proxy of its own, for as long as the test runs. Credentials are dummies set here only,
+the instance metadata service is switched off, and every endpoint is asserted to be a
+loopback address, so nothing reaches a real cloud.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ pytest.importorskip("s3fs", reason="needs the storage extra (pip install 'stoker
 moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (the test extra)")
 
 from storage.fault_proxy import FaultProxy, free_port
+from storage.origin import Origin
 
 _DUMMY_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -67,15 +69,15 @@ def s3_server() -> Iterator[dict[str, Any]]:
 
 
 def options_for(endpoint: str, **extra: Any) -> dict[str, Any]:
-    """storage_options that reach ``endpoint`` only, with dummy credentials and no retries
-    below stoker's own (so the tests see every failure the proxy injects)."""
+    """storage_options that reach ``endpoint`` only, with dummy credentials, as a user writes
+    them: stoker itself turns off the retries below its own (so the tests see every failure
+    the proxy injects)."""
     assert_loopback(endpoint)
     return {
         "endpoint_url": endpoint,
         "key": "testing",
         "secret": "testing",
         "client_kwargs": {"region_name": "us-east-1"},
-        "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}},
         **extra,
     }
 
@@ -129,3 +131,29 @@ def s3(s3_server: dict[str, Any]) -> Iterator[S3]:
         s3_server["proxy"].reset()
         del store
         gc.collect()  # the file systems' finalizers close their connections
+
+
+@pytest.fixture
+def http_origin() -> Iterator[Any]:
+    """``serve(folder, ranges=True, changing=False)``: the folder at a plain HTTP server
+    behind a fault proxy; returns ``(base URL through the proxy, proxy, origin)``. The
+    servers are stopped, and the proxy's stalls released, when the test ends."""
+    started: list[tuple[Origin, FaultProxy]] = []
+
+    def serve(
+        folder: str, *, ranges: bool = True, changing: bool = False
+    ) -> tuple[str, FaultProxy, Origin]:
+        origin = Origin(folder, ranges=ranges, changing=changing)
+        proxy = FaultProxy(origin.port)
+        started.append((origin, proxy))
+        assert_loopback(proxy.endpoint)
+        return proxy.endpoint, proxy, origin
+
+    try:
+        yield serve
+    finally:
+        for origin, proxy in started:
+            proxy.reset()
+            proxy.close()
+            origin.close()
+        gc.collect()

@@ -1,13 +1,20 @@
-"""An HTTP proxy on 127.0.0.1 in front of a local S3 server that adds latency and failures.
+"""An HTTP proxy on 127.0.0.1 in front of a local server that adds latency and failures.
 
-Every request is forwarded to the upstream server after ``delay_s``; :meth:`FaultProxy.fail`
-queues failures for requests whose path contains a given text (an HTTP 503 ``ServiceUnavailable``
-answer, a connection reset with no answer, ``truncate``: the real answer's headers and
-the first half of its body, then the connection closed, or ``stall``: the headers and the
-first half of the body, then nothing until :meth:`FaultProxy.reset`, as a download that
-hangs mid-way), a number of times or for ever.
-Requests are counted by method and path, and their arrival times kept, so a test can tell
-what was fetched and when.
+Every request is forwarded to the upstream server (the S3 server, or a plain HTTP one)
+after ``delay_s``; :meth:`FaultProxy.fail` queues failures for requests whose path contains
+a given text, a number of times or for ever:
+
+- ``"503"``: an HTTP 503 ``ServiceUnavailable`` answer;
+- ``"reset"``: the connection reset, with no answer;
+- ``"truncate"``: the real answer's headers and the first half of its body, then the
+  connection closed (shorter than its ``Content-Length``);
+- ``"reset-mid-body"``: the headers and half the body, then the connection reset;
+- ``"stall"``: no answer at all, the connection held open;
+- ``"stall-mid-body"``: the headers and half the body, then nothing more.
+
+A stall lasts ``stall_s`` or until :meth:`FaultProxy.reset` (each test's end), so no
+handler outlives its test. Requests are counted by method and path, and their arrival
+times and ``Range`` headers kept, so a test can tell what was fetched, which bytes, and when.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from typing import Any
 
 __all__ = ["FaultProxy", "free_port"]
 
-_STALL_LIMIT_S = 120.0  # a stalled answer ends by then even if nobody calls reset()
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
+_ACTIONS = frozenset({"503", "reset", "truncate", "reset-mid-body", "stall", "stall-mid-body"})
 _UNAVAILABLE = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code>'
     b"<Message>The service is unavailable; try again.</Message></Error>"
@@ -41,14 +48,16 @@ def free_port() -> int:
 class FaultProxy:
     """Forwards HTTP requests from ``127.0.0.1:<port>`` to ``upstream_port``, with faults."""
 
-    def __init__(self, upstream_port: int, delay_s: float = 0.0) -> None:
+    def __init__(self, upstream_port: int, delay_s: float = 0.0, stall_s: float = 60.0) -> None:
         self.upstream_port = upstream_port
         self.delay_s = delay_s
+        self.stall_s = stall_s
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
         self.arrivals: list[tuple[float, str, str]] = []  # (time.monotonic(), method, path)
+        self._ranges: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
+        self._released = threading.Event()  # ends the stalls of the test that queued them
         self._faults: list[list[Any]] = []  # [path text, action, remaining (None: for ever)]
         self._lock = threading.Lock()
-        self._released = threading.Event()  # set by reset(): the stalled answers end
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -73,8 +82,9 @@ class FaultProxy:
 
     def fail(self, path_text: str, action: str = "503", times: int | None = 1) -> None:
         """The next ``times`` requests whose path holds ``path_text`` fail by ``action``
-        (``"503"``, ``"reset"``, ``"truncate"`` or ``"stall"``); ``times=None``: every one of
-        them."""
+        (see the module docs for the actions); ``times=None``: every one of them."""
+        if action not in _ACTIONS:
+            raise ValueError(f"unknown fault {action!r}; one of {sorted(_ACTIONS)}")
         with self._lock:
             self._faults.append([path_text, action, times])
 
@@ -83,6 +93,7 @@ class FaultProxy:
             self._faults.clear()
             self.requests.clear()
             self.arrivals.clear()
+            self._ranges.clear()
             released, self._released = self._released, threading.Event()
         released.set()
         self.delay_s = 0.0
@@ -96,7 +107,13 @@ class FaultProxy:
         with self._lock:
             return [t for t, m, p in self.arrivals if m == method and path_text in p]
 
+    def ranges(self, path_text: str, method: str = "GET") -> list[str | None]:
+        """The ``Range`` header of each request whose path holds ``path_text`` (None: none)."""
+        with self._lock:
+            return [r for m, p, r in self._ranges if m == method and path_text in p]
+
     def close(self) -> None:
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
@@ -117,15 +134,17 @@ class FaultProxy:
         with self._lock:
             self.requests[(method, path.split("?")[0])] += 1
             self.arrivals.append((time.monotonic(), method, path.split("?")[0]))
+            self._ranges.append((method, path.split("?")[0], handler.headers.get("Range")))
+            released = self._released
         if self.delay_s:
             time.sleep(self.delay_s)
         action = self._fault_for(path)
         if action == "reset":
-            handler.connection.setsockopt(
-                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-            )
+            _reset(handler)
+            return
+        if action == "stall":
+            released.wait(self.stall_s)
             handler.close_connection = True
-            handler.connection.close()
             return
         if action == "503":
             handler.send_response(503, "Service Unavailable")
@@ -149,21 +168,25 @@ class FaultProxy:
             handler.send_header("Content-Length", length or str(len(data)))
             handler.end_headers()
             if method != "HEAD":
-                if action == "stall":  # half the body, then silence until reset()
-                    with self._lock:
-                        released = self._released
+                if action in ("truncate", "reset-mid-body", "stall-mid-body"):
+                    handler.close_connection = True
                     with contextlib.suppress(OSError):  # the client may be gone (killed)
-                        handler.wfile.write(data[: len(data) // 2])
+                        handler.wfile.write(data[: len(data) // 2])  # the length announced
                         handler.wfile.flush()
-                    released.wait(_STALL_LIMIT_S)
-                    handler.close_connection = True
-                    return
-                if action == "truncate":  # the length announced, half the body sent
-                    handler.wfile.write(data[: len(data) // 2])
-                    handler.wfile.flush()
-                    handler.close_connection = True
-                    handler.connection.shutdown(socket.SHUT_RDWR)
+                        if action == "stall-mid-body":
+                            released.wait(self.stall_s)
+                        if action == "reset-mid-body":
+                            _reset(handler)
+                        else:
+                            handler.connection.shutdown(socket.SHUT_RDWR)
                     return
                 handler.wfile.write(data)
         finally:
             upstream.close()
+
+
+def _reset(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """Closes the handler's connection with a TCP reset (RST), not a clean close."""
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    handler.close_connection = True
+    handler.connection.close()

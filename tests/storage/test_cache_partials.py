@@ -51,7 +51,7 @@ def _write(data: bytes):
 
 def test_a_download_killed_mid_way_is_cleaned_by_the_next_one(s3, tmp_path) -> None:
     url = s3.put("big/shard.bin", os.urandom(BIG))
-    s3.proxy.fail("big/shard.bin", "stall", times=None)  # half the body, then it hangs
+    s3.proxy.fail("big/shard.bin", "stall-mid-body", times=None)  # half the body, then it hangs
     folder = str(tmp_path / "cache")
     cache = ShardCache(folder, max_bytes=LIMIT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

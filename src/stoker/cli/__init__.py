@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import stoker
-from stoker.cli._output import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, silence_stdout
+from stoker.cli._output import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, say, silence_stdout
 
 __all__ = ["main"]
 
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return status
     except MissingExtraError as exc:
-        print(exc, file=sys.stderr)
+        say(str(exc), sys.stderr)
         return 2
     except KeyboardInterrupt:
         # the command's loaders closed their workers on the way out (finally blocks)

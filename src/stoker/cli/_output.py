@@ -1,7 +1,9 @@
 """What every command prints through: error lines, progress bars, plots.
 
 * :func:`usage_error`: ``stoker COMMAND: message`` on stderr, and exit status 2;
-* :func:`say`: a line that survives characters the terminal cannot encode;
+* :func:`say`: a line with its control characters escaped (:mod:`stoker._printable`: a
+  file name can hold a sequence that clears the screen), which survives characters the
+  terminal cannot encode;
 * :func:`silence_stdout`: what a command does once the reader of its output went away;
 * :func:`progress_bar`: a tqdm bar on stderr when stderr is a terminal, else None (a log
   file or a pipe, or no tqdm: the ``cli`` extra), for the command to fall back to a few
@@ -17,6 +19,7 @@ import sys
 from typing import Any
 
 from stoker._extras import install_hint
+from stoker._printable import printable_lines
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -36,18 +39,21 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as shells report a command whose reader
 
 def usage_error(command: str, message: str) -> int:
     """Prints ``stoker COMMAND: message`` on stderr; returns 2, the status for bad usage."""
-    print(f"stoker {command}: {message}", file=sys.stderr)
+    say(f"stoker {command}: {message}", sys.stderr)
     return 2
 
 
-def say(text: str, stream: Any = None) -> None:
-    """print() that survives file names the terminal cannot encode."""
+def say(text: str, stream: Any = None, *, flush: bool = True) -> None:
+    """print() of lines that hold user data: every character that is not printable (an
+    escape sequence in a file name, a newline inside a name) is shown escaped, each line
+    break of ``text`` kept; file names the terminal cannot encode survive too."""
     stream = stream or sys.stdout
+    text = printable_lines(str(text))
     try:
-        print(text, file=stream, flush=True)
+        print(text, file=stream, flush=flush)
     except UnicodeEncodeError:
         encoding = getattr(stream, "encoding", None) or "ascii"
-        print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream, flush=True)
+        print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream, flush=flush)
 
 
 def silence_stdout() -> None:

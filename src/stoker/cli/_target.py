@@ -30,6 +30,7 @@ import weakref
 from typing import Any
 
 from stoker._extras import require
+from stoker._printable import printable
 from stoker.cli._args import nonnegative_int, positive_int
 
 __all__ = [
@@ -129,16 +130,16 @@ def load_target(spec: str, *, size: int = DEFAULT_SIZE, command: str = "doctor")
                 require("PIL", f"stoker {command}", "to decode images")
                 dataset = PackedDataset(spec, transform=DecodeImage(_fit(size)))
                 _DECODED_HERE.add(dataset)
-                return dataset, f"packed images {spec}" + (
+                return dataset, f"packed images {printable(spec)}" + (
                     f" (decoded, resized and cropped to {size})" if size else ""
                 )
-            return dataset, f"packed dataset {spec}"
+            return dataset, f"packed dataset {printable(spec)}"
         from stoker.formats.image_folder import ImageFolder
 
         require("PIL", f"stoker {command}", "to decode images")
         folder = ImageFolder(spec, transform=_fit(size))
         _DECODED_HERE.add(folder)
-        return folder, f"image folder {spec}" + (
+        return folder, f"image folder {printable(spec)}" + (
             f" (resized and cropped to {size})" if size else ""
         )
     module_name, colon, attr = spec.rpartition(":")
@@ -153,8 +154,8 @@ def load_target(spec: str, *, size: int = DEFAULT_SIZE, command: str = "doctor")
         obj = obj()
     if not _looks_like_dataset(obj):
         msg = (
-            f"{spec} is a {type(obj).__name__}, not a dataset: it needs __getitem__ and __len__, "
-            "or __iter__ (an IterableDataset)"
+            f"{printable(spec)} is a {type(obj).__name__}, not a dataset: it needs __getitem__ "
+            "and __len__, or __iter__ (an IterableDataset)"
         )
         raise TargetError(msg)
     return obj, spec

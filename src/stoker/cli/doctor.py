@@ -22,7 +22,7 @@ from typing import Any
 from stoker._extras import MissingExtraError
 from stoker._image_files import IMAGE_CHECKS
 from stoker.cli._args import nonnegative_int, positive_int
-from stoker.cli._output import usage_error
+from stoker.cli._output import say, usage_error
 from stoker.cli._target import (
     TargetError,
     add_size_argument,
@@ -121,5 +121,5 @@ def run(args: argparse.Namespace) -> int:
             )
         except ValueError as exc:  # an option out of range
             return usage_error("doctor", str(exc))
-    print(report.to_json() if args.json else report.render())
+    say(report.to_json() if args.json else report.render(), flush=False)
     return report.exit_code

@@ -40,6 +40,7 @@ import numpy as np
 from stoker._errors import DatasetError
 from stoker._extras import require
 from stoker._image_files import IMAGE_CHECKS, read_image_file
+from stoker._printable import printable
 from stoker.cli._args import positive_int
 from stoker.cli._output import EXIT_BROKEN_PIPE, progress_bar, say, silence_stdout, usage_error
 
@@ -172,7 +173,7 @@ def _read_list(list_path: str, root: str) -> tuple[list[str] | None, list[tuple[
     if len(labelled) > 1:
         number = next(n for n, _, label in entries if not label)
         msg = (
-            f"{list_path}: line {number} has no class but other lines do; "
+            f"{printable(list_path)}: line {number} has no class but other lines do; "
             "give every line a class (PATH<TAB>CLASS) or none"
         )
         raise PackError(msg)
@@ -375,8 +376,8 @@ def _pack(args: argparse.Namespace) -> int:
     lines(
         f"stoker pack: {len(items)} file(s)"
         + (f" in {len(classes)} class(es)" if classes is not None else "")
-        + f" -> {args.dst} (shards of at most {args.shard_size:,} bytes, {args.workers} threads, "
-        f"check={args.check})"
+        + f" -> {printable(args.dst)} (shards of at most {args.shard_size:,} bytes, "
+        f"{args.workers} threads, check={args.check})"
     )
     metadata = {
         "source": os.path.abspath(args.src),
@@ -408,7 +409,7 @@ def _pack(args: argparse.Namespace) -> int:
         if writer.records == 0:
             msg = (
                 f"none of the {len(items)} file(s) could be read; nothing was packed (see "
-                f"{args.dst}/skipped.txt)"
+                f"{printable(args.dst)}/skipped.txt)"
             )
             raise PackError(msg)
         writer.metadata["skipped"] = len(skipped)
@@ -443,8 +444,9 @@ def _report_skipped(dst: str, skipped: list[tuple[str, str]], lines: _Lines) -> 
         return
     listing = os.path.join(dst, "skipped.txt")
     count = len(skipped)
-    lines(f"stoker pack: skipped {count} unreadable or corrupt file(s) (listed in {listing}):")
+    where = printable(listing)
+    lines(f"stoker pack: skipped {count} unreadable or corrupt file(s) (listed in {where}):")
     for key, reason in skipped[:_SKIPPED_SHOWN]:
-        lines(f"  {key}: {reason}")
+        lines(f"  {printable(key)}: {reason}")
     if len(skipped) > _SKIPPED_SHOWN:
         lines(f"  ... and {len(skipped) - _SKIPPED_SHOWN} more")

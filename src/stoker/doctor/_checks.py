@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from stoker._image_files import read_image_file
+from stoker._printable import printable
 from stoker.doctor._context import Context, Normalisation
 from stoker.doctor._stats import FieldStats, format_values
 from stoker.doctor._values import (
@@ -102,7 +103,7 @@ def check_files(ctx: Context) -> None:
             "files", OK, f"all {len(paths):,} files are readable images ({how})", checked=len(paths)
         )
         return
-    details = [f"{path}: {reason}" for path, reason in bad[:_BAD_FILES_SHOWN]]
+    details = [f"{printable(path)}: {reason}" for path, reason in bad[:_BAD_FILES_SHOWN]]
     if len(bad) > _BAD_FILES_SHOWN:
         details.append(f"... and {len(bad) - _BAD_FILES_SHOWN} more")
     details.append("remove or re-encode them, or pass on_error='skip' to the DataLoader")

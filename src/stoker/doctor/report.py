@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from stoker._printable import printable
+
 __all__ = ["CHECK_ORDER", "DoctorReport", "FAIL", "Finding", "OK", "SKIP", "WARN"]
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -102,11 +104,15 @@ class DoctorReport:
         return 0 if self.ok else 1
 
     def render(self) -> str:
-        """The readable report: one ``OK`` / ``WARN`` / ``FAIL`` / ``SKIP`` line per finding."""
-        lines = [f"stoker doctor: {self.target}"]
+        """The readable report: one ``OK`` / ``WARN`` / ``FAIL`` / ``SKIP`` line per finding.
+
+        Control characters in file names and messages are shown escaped (``\\x1b``), so a
+        name cannot clear the screen or fake a line of the report."""
+        lines = [f"stoker doctor: {printable(self.target)}"]
         for finding in self.findings:
-            lines.append(f"  {finding.status.upper():<5} {finding.check}: {finding.message}")
-            lines.extend(f"          {detail}" for detail in finding.details)
+            message = printable(finding.message)
+            lines.append(f"  {finding.status.upper():<5} {finding.check}: {message}")
+            lines.extend(f"          {printable(detail)}" for detail in finding.details)
         counts = Counter(f.status for f in self.findings)
         summary = (
             f"{counts[OK]} ok, {counts[WARN]} {plural(counts[WARN], 'warning')}, "

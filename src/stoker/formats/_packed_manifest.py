@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from stoker._printable import printable
 from stoker.formats._packed_spec import (
     ALIGN,
     FORMAT_NAME,
@@ -255,8 +256,8 @@ class _Checker:
 
     def fail(self, where: str, problem: str) -> None:
         msg = (
-            f"{self.manifest_path}: {where} {problem}: the manifest is damaged or was not "
-            f"written by stoker; {_REWRITE}"
+            f"{printable(self.manifest_path)}: {where} {problem}: the manifest is damaged or was "
+            f"not written by stoker; {_REWRITE}"
         )
         raise PackedFormatError(msg)
 

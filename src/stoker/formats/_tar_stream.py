@@ -14,7 +14,11 @@ hands out links and device files as members without data. So here:
 - with ``verify="open"`` a gzipped shard is checked in full before its first sample.
 
 A bad sample is yielded as a :class:`BadSample`, so the reader can raise or skip exactly
-that sample; a bad shard raises :class:`~stoker.DatasetError` naming it.
+that sample; a bad shard raises :class:`~stoker.DatasetError` naming it. An ``http(s)://``
+shard is streamed by :func:`stoker.storage.http_stream.open_url`, which retries a failed
+request (resuming where it stopped) as the retry policy says; when the network stays down
+its :class:`~stoker.storage.RemoteReadError` is raised as it is, naming the URL: the
+shard is not blamed for the network.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from typing import Any, BinaryIO
 
 from stoker._errors import DatasetError
 from stoker.formats._compressed import EMPTY_GZIP, GZIP_DAMAGE, GZIP_ERRORS, GZIP_MAGIC, drain
+from stoker.storage.fetch import RemoteReadError, RetryPolicy
+from stoker.storage.http_stream import open_url
 
 __all__ = ["BadSample", "check_shard", "is_url", "read_samples"]
 
 _URL_SCHEMES = ("http://", "https://", "file://")
-_URL_TIMEOUT_S = 60
 _MEMBER_KINDS = {
     tarfile.SYMTYPE: "a symbolic link",
     tarfile.LNKTYPE: "a hard link",
@@ -89,11 +94,11 @@ def is_url(spec: str) -> bool:
     return spec.startswith(_URL_SCHEMES)
 
 
-def _open_stream(url: str) -> BinaryIO:
+def _open_stream(url: str, retry: RetryPolicy | None) -> BinaryIO:
     if url.startswith("file://"):
         return open(urllib.request.url2pathname(urllib.parse.urlparse(url).path), "rb")
     if is_url(url):
-        return urllib.request.urlopen(url, timeout=_URL_TIMEOUT_S)  # type: ignore[no-any-return]
+        return open_url(url, retry or RetryPolicy())
     return open(url, "rb")
 
 
@@ -118,29 +123,38 @@ def _corrupt(url: str, exc: BaseException, when: str) -> DatasetError:
     return DatasetError(msg)
 
 
-def check_shard(url: str, source: str | None = None) -> None:
+def check_shard(url: str, source: str | None = None, retry: RetryPolicy | None = None) -> None:
     """Reads a gzipped shard in full to check its CRC-32 and length (plain tar: nothing to do).
 
-    ``source`` is where its bytes are (a downloaded copy), when not at ``url`` itself."""
+    ``source`` is where its bytes are (a downloaded copy), when not at ``url`` itself;
+    ``retry``: how a streamed ``http(s)://`` shard is requested."""
     try:
-        with _open_stream(source or url) as stream:
+        with _open_stream(source or url, retry) as stream:
             payload, compressed = _payload(stream)
             if compressed:
                 drain(payload)
+    except RemoteReadError:
+        raise  # the network, not the shard
     except (*GZIP_ERRORS, tarfile.TarError) as exc:
         when = "It was checked before any of its samples was delivered (verify='open'). "
         raise _corrupt(url, exc, when) from exc
 
 
 def read_samples(
-    url: str, *, max_member_bytes: int | None, source: str | None = None
+    url: str,
+    *,
+    max_member_bytes: int | None,
+    source: str | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Iterator[dict[str, Any] | BadSample]:
     """The samples of one shard, as bytes, in tar order, or BadSample; raises DatasetError if
-    the shard itself is bad. ``source``: where its bytes are, when not at ``url`` itself."""
+    the shard itself is bad, RemoteReadError if the network failed. ``source``: where its
+    bytes are, when not at ``url`` itself; ``retry``: how a streamed ``http(s)://`` shard is
+    requested."""
     stream = None
     compressed = False
     try:
-        stream = _open_stream(source or url)
+        stream = _open_stream(source or url, retry)
         payload, compressed = _payload(stream)
         with tarfile.open(
             fileobj=payload, mode="r|" if compressed else "r|*", tarinfo=_CheckedTarInfo
@@ -173,6 +187,8 @@ def read_samples(
             drain(archive.fileobj)  # type: ignore[arg-type]
             if key is not None:
                 yield BadSample(url, key, "; ".join(problems)) if problems else sample
+    except RemoteReadError:
+        raise  # the network, not the shard
     except (*GZIP_ERRORS, tarfile.TarError) as exc:
         when = (
             "The samples read from it before the damage was found may be damaged too (pass "

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from stoker._index import normalize_index, normalize_indices
+from stoker._printable import printable
 from stoker._thread_safety import is_thread_safe
 from stoker.datasets import Dataset
 from stoker.formats._packed_checks import check_data_file, check_index, load_npy, map_payload
@@ -303,8 +304,8 @@ class PackedDataset(Dataset[Any]):
         i = self._check_index(opened, index)
         shard = bisect.bisect_right(opened.starts_list, i) - 1
         key = self.key(i)
-        where = f"{opened.shard_paths[shard]} record {i - opened.starts_list[shard]}"
-        return f"{where} (from {key})" if key else where
+        where = f"{printable(opened.shard_paths[shard])} record {i - opened.starts_list[shard]}"
+        return f"{where} (from {printable(key)})" if key else where
 
     def close(self) -> None:
         """Releases a remote dataset's downloaded shards and stops its prefetching (it

@@ -326,9 +326,12 @@ class TarShards(RecordStream, IterableDataset[dict[str, Any]]):
         url = self.shards[shard_index]
         try:
             source = local(shard_index) if local is not None and self._remote(url) else None
+            retry = self.storage.retry
             if self.verify == "open":
-                check_shard(url, source)
-            yield from read_samples(url, max_member_bytes=self.max_member_bytes, source=source)
+                check_shard(url, source, retry)
+            yield from read_samples(
+                url, max_member_bytes=self.max_member_bytes, source=source, retry=retry
+            )
         except DatasetError as exc:
             self._handle(exc, "skipped the rest of a tar shard")
 

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from stoker._errors import DatasetError
+from stoker._printable import printable
 from stoker._skipped import SKIPPED
 from stoker._validate import check_choice, check_int
 from stoker.compact import StringArray
@@ -56,6 +57,7 @@ from stoker.formats._compressed import (
 )
 from stoker.formats._walk import glob_files, walk_files
 from stoker.seeding import epoch_rng
+from stoker.storage.fetch import RemoteReadError
 from stoker.storage.remote import Storage, is_remote, list_remote, open_files
 from stoker.streams._records import RecordStream
 
@@ -295,9 +297,15 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
                     ", and the lines read from it may be damaged too (pass verify='open' to "
                     "check each compressed file in full before reading it)"
                 )
-            msg = (
-                f"{type(self).__name__} cannot read {path!r} {where}: {type(exc).__name__}: {exc}. "
+            advice = (
                 f"{damage}. Fix or remove it, or pass on_error='skip' to skip what is left of it."
+            )
+            if isinstance(exc, RemoteReadError) and exc.network:  # its message says the network
+                advice = "Pass on_error='skip' to skip the files that cannot be downloaded."
+            text = str(exc).rstrip().rstrip(".")
+            msg = (
+                f"{type(self).__name__} cannot read {path!r} {where}: {type(exc).__name__}: "
+                f"{text}. {advice}"
             )
             if self.on_error == "raise":
                 raise DatasetError(msg) from exc
@@ -319,7 +327,7 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
                 self.skipped += 1
                 logger.warning(
                     "skipped a bad record at %s, line %d: %s: %s",
-                    path,
+                    printable(path),
                     line_number,
                     type(exc).__name__,
                     exc,
@@ -328,17 +336,18 @@ class _LineFiles(RecordStream, IterableDataset[Any]):
             if isinstance(exc, json.JSONDecodeError):
                 snippet = text if len(text) <= 80 else text[:77] + "..."
                 msg = (
-                    f"{path}, line {line_number}: invalid JSON ({exc.msg} at column {exc.colno}): "
-                    f"{snippet!r}. Fix the line, or pass on_error='skip' to skip bad lines."
+                    f"{printable(path)}, line {line_number}: invalid JSON ({exc.msg} at column "
+                    f"{exc.colno}): {snippet!r}. Fix the line, or pass on_error='skip' to skip bad "
+                    "lines."
                 )
                 raise DatasetError(msg) from exc
             if isinstance(exc, UndecodableText):
                 msg = (
-                    f"{path}, line {line_number}: {exc}. Fix the line, or pass on_error='skip' "
-                    "to skip bad lines."
+                    f"{printable(path)}, line {line_number}: {exc}. Fix the line, or pass "
+                    "on_error='skip' to skip bad lines."
                 )
                 raise DatasetError(msg) from None
-            _note(exc, f"while reading {path}, line {line_number}")
+            _note(exc, f"while reading {printable(path)}, line {line_number}")
             raise
 
     def __repr__(self) -> str:

@@ -8,6 +8,8 @@ anything else fsspec understands (``pip install 'stoker[storage]'``).
   downloading in background threads;
 - :mod:`stoker.storage.fetch`: downloads retried with exponential backoff
   (:class:`RetryPolicy`), failing with :class:`RemoteReadError` naming the URL;
+- :mod:`stoker.storage.http_stream`: an ``http(s)://`` object streamed front to back,
+  resumed where it stopped after a network failure;
 - :mod:`stoker.storage.remote`: :class:`Storage`, what a reader keeps for its URLs.
 
 The readers (``TextLines``, ``JsonLines``, ``TarShards``, ``PackedDataset``) take URLs

@@ -5,21 +5,38 @@ connection, an HTTP 5xx answer, throttling (429, ``SlowDown``) or a download tha
 short. Anything else (a missing object, a refused permission) fails at once. After the
 last attempt :class:`RemoteReadError` is raised naming the URL; the readers hand it to
 their ``on_error`` policy like any other unreadable file.
+
+A :class:`RetryPolicy` counts requests: ``attempts`` is the number of requests the server
+sees for one object (the clients' own retries are turned off, see
+:mod:`stoker.storage.remote`), and each request waits at most ``connect_timeout_s`` for
+its connection and ``read_timeout_s`` for each answer and each piece of its body.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from stoker._errors import DatasetError
-from stoker._validate import check_int, check_seconds
+from stoker._printable import printable
+from stoker._validate import check_int, check_seconds, is_number
 
-__all__ = ["RemoteReadError", "RetryPolicy", "download", "is_transient"]
+__all__ = [
+    "RemoteReadError",
+    "RetryPolicy",
+    "download",
+    "failure",
+    "is_timeout",
+    "is_transient",
+    "retried",
+]
+
+T = TypeVar("T")
 
 _TRANSIENT_CODES = frozenset(
     {
@@ -73,14 +90,29 @@ _TRANSIENT_WORDS = (
     "service unavailable",
     "timed out",
 )
+_TIMEOUT_NAMES = frozenset(
+    {
+        "ReadTimeoutError",  # botocore
+        "ConnectTimeoutError",
+        "ServerTimeoutError",  # aiohttp
+        "ConnectionTimeoutError",
+        "SocketTimeoutError",
+        "FSTimeoutError",  # fsspec
+    }
+)
 
 
 class RemoteReadError(DatasetError, OSError):
-    """An object could not be downloaded (after its retries); the message names its URL."""
+    """An object could not be downloaded (after its retries); the message names its URL.
 
-    def __init__(self, message: str, url: str = "") -> None:
+    ``network`` is True when every attempt failed with a transient error: the network or
+    the server failed, which says nothing about the object's data.
+    """
+
+    def __init__(self, message: str, url: str = "", *, network: bool = False) -> None:
         super().__init__(message)
         self.url = url
+        self.network = network
 
 
 class ShortDownload(OSError):
@@ -89,12 +121,22 @@ class ShortDownload(OSError):
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How often and how patiently a download is tried.
+    """How often and how patiently an object is requested.
 
     Args:
-        attempts: tries in all (1: no retry).
+        attempts: requests in all for one object (1: no retry). It is the number of
+            requests the server sees: the storage clients do not retry underneath.
         base_delay_s: the wait after the first failure; it doubles after each one ...
         max_delay_s: ... up to this.
+        connect_timeout_s: how long a request waits for its connection.
+        read_timeout_s: how long a request waits for the answer, and then for each piece of
+            its body; a server silent that long fails the attempt (a slow but steady
+            download does not). ``float("inf")``: wait for ever.
+
+    A dead server therefore costs at most ``attempts`` requests and the waits between them:
+    with the defaults (5 attempts; waits of 0.2, 0.4, 0.8 and 1.6 s) about 3 s for one that
+    answers 503 at once, at most 5 x 30 + 3 s for one that never answers, and at most
+    5 x 10 + 3 s for one that cannot be reached.
 
     Example:
         >>> [RetryPolicy(attempts=4, base_delay_s=0.5).delay(n) for n in (1, 2, 3)]
@@ -104,15 +146,33 @@ class RetryPolicy:
     attempts: int = 5
     base_delay_s: float = 0.2
     max_delay_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attempts", check_int("attempts", self.attempts, minimum=1))
         for name in ("base_delay_s", "max_delay_s"):
             object.__setattr__(self, name, check_seconds(name, getattr(self, name)))
+        for name in ("connect_timeout_s", "read_timeout_s"):
+            value = getattr(self, name)
+            if not is_number(value) or value <= 0:
+                msg = f"{name} must be a positive number of seconds, got {value!r}"
+                raise ValueError(msg)
+            object.__setattr__(self, name, float(value))
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failure."""
         return float(min(self.max_delay_s, self.base_delay_s * 2 ** (failures - 1)))
+
+    def timeout(self, name: str) -> float | None:
+        """``connect_timeout_s`` or ``read_timeout_s`` as a client takes it (None: none).
+
+        Example:
+            >>> RetryPolicy(read_timeout_s=float("inf")).timeout("read_timeout_s") is None
+            True
+        """
+        value = float(getattr(self, name))
+        return None if math.isinf(value) else value
 
     @classmethod
     def of(cls, retries: RetryPolicy | int) -> RetryPolicy:
@@ -161,6 +221,76 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, a request that ran out of time."""
+    return any(
+        isinstance(cause, TimeoutError)
+        or any(kind.__name__ in _TIMEOUT_NAMES for kind in type(cause).__mro__)
+        for cause in _causes(exc)
+    )
+
+
+def failure(
+    verb: str, url: str, attempt: int, exc: BaseException, policy: RetryPolicy, detail: str = ""
+) -> RemoteReadError:
+    """The error that ends the requests for ``url`` at ``attempt`` with ``exc``: what could
+    not be done (``verb``: "download", "read", "list"), the attempts, the error, the policy's
+    timeouts when the last request ran out of time, ``detail`` (a sentence or ""), and, for
+    a transient error, that the network failed, not the data."""
+    transient = is_transient(exc)
+    tries = f"after {attempt} attempts" if attempt > 1 else "at the first attempt"
+    why = "" if transient else " (not a transient error, so it was not retried)"
+    text = str(exc).strip().rstrip(".")
+    error = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if is_timeout(exc):
+        error += (
+            f" (no answer within the retry policy's connect_timeout_s={policy.connect_timeout_s:g}"
+            f" or read_timeout_s={policy.read_timeout_s:g})"
+        )
+    msg = f"cannot {verb} {printable(url)} {tries}{why}: {error}."
+    if detail:
+        msg += f" {detail}"
+    if transient:
+        msg += (
+            " The network or the server failed, not the data: try again later, or give "
+            "retries= a RetryPolicy with more attempts or longer timeouts."
+        )
+    return RemoteReadError(msg, url, network=transient)
+
+
+def retried(
+    call: Callable[[], T],
+    *,
+    url: str,
+    verb: str,
+    policy: RetryPolicy,
+    sleep: Callable[[float], None] = time.sleep,
+    after_failure: Callable[[], None] | None = None,
+    passed_on: tuple[type[BaseException], ...] = (),
+) -> T:
+    """``call()``, made up to ``policy.attempts`` times while it fails with a transient error,
+    waiting ``policy.delay`` between; ``after_failure`` runs after each failure.
+
+    Raises:
+        RemoteReadError: from :func:`failure`, once an error is not transient or the last
+            attempt failed; an error of a ``passed_on`` type that is not transient is raised
+            as it is (the caller words it).
+    """
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return call()
+        except Exception as exc:
+            if after_failure is not None:
+                after_failure()
+            transient = is_transient(exc)
+            if not transient and isinstance(exc, passed_on):
+                raise
+            if not transient or attempt == policy.attempts:
+                raise failure(verb, url, attempt, exc, policy) from exc
+            sleep(policy.delay(attempt))
+    raise AssertionError(f"a retry policy of {policy.attempts} attempts made none")
+
+
 def download(
     fs: Any,
     url: str,
@@ -173,30 +303,26 @@ def download(
     """Downloads ``url`` (``fs``'s path) to the new file ``dest``, trying as ``policy`` says.
 
     ``size`` (the listed size) is checked against what arrived; a short file is retried.
-    Each attempt writes over ``dest`` (the file stays, so nobody can plant a link at its
-    name between attempts); it is removed when every attempt failed.
+    Each attempt is one request and writes over ``dest`` (the file stays, so nobody can plant
+    a link at its name between attempts); it is removed when every attempt failed.
 
     Raises:
         RemoteReadError: naming the URL, the attempts and the last error.
     """
     path = fs._strip_protocol(url)
-    for attempt in range(1, policy.attempts + 1):
-        try:
-            fs.get_file(path, dest)
-            got = os.path.getsize(dest)
-            if size is not None and got != size:
-                msg = f"{got:,} bytes arrived but the object is listed as {size:,} bytes"
-                raise ShortDownload(msg)
-            return
-        except Exception as exc:
-            transient = is_transient(exc)
-            if not transient or attempt == policy.attempts:
-                _remove(dest)
-                tries = f"after {attempt} attempts" if attempt > 1 else "at the first attempt"
-                why = "" if transient else " (not a transient error, so it was not retried)"
-                msg = f"cannot download {url} {tries}{why}: {type(exc).__name__}: {exc}"
-                raise RemoteReadError(msg, url) from exc
-            sleep(policy.delay(attempt))
+
+    def get() -> None:
+        fs.get_file(path, dest)
+        got = os.path.getsize(dest)
+        if size is not None and got != size:
+            msg = f"{got:,} bytes arrived but the object is listed as {size:,} bytes"
+            raise ShortDownload(msg)
+
+    try:
+        retried(get, url=url, verb="download", policy=policy, sleep=sleep)
+    except BaseException:
+        _remove(dest)
+        raise
 
 
 def _remove(path: str) -> None:

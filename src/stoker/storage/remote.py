@@ -31,7 +31,7 @@ from stoker._extras import require
 from stoker._validate import check_int
 from stoker.sharding import shard_for_worker
 from stoker.storage.cache import CachedFile, ShardCache
-from stoker.storage.fetch import RetryPolicy, download
+from stoker.storage.fetch import RetryPolicy, download, retried
 from stoker.storage.prefetch import Prefetcher
 
 __all__ = ["Identity", "LocalCopies", "Storage", "is_remote", "open_files", "version_of"]
@@ -39,6 +39,8 @@ __all__ = ["Identity", "LocalCopies", "Storage", "is_remote", "open_files", "ver
 logger = logging.getLogger("stoker")
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_S3 = ("s3", "s3a")
+_HTTP = ("http", "https")
 _GLOB_CHARS = frozenset("*?[")
 # What the file systems' info() says of an object's version, in the order they are used:
 # a tag of the bytes (S3, GCS, Azure, HTTP), an id of the version (a versioned S3 bucket,
@@ -120,7 +122,11 @@ class Storage:
             away, keeping only the files in use and those prefetched (or, for a packed
             dataset, see :meth:`keep_shards`, every shard read, up to a bound).
         prefetch: how many files to download ahead of the one being read.
-        retries: attempts per download (an int) or a :class:`RetryPolicy`.
+        retries: requests per object (an int: the attempts) or a :class:`RetryPolicy`,
+            which also sets each request's timeouts. It covers listing and downloads; the
+            file system's own retries are turned off (for S3 botocore's and s3fs's, unless
+            ``config_kwargs`` sets ``retries``), so the server sees as many requests as the
+            policy allows.
     """
 
     def __init__(
@@ -174,13 +180,15 @@ class Storage:
         with self._lock:
             fs = self._local.get(repr(key))
             if fs is None:
-                if protocol in ("s3", "s3a"):
+                if protocol in _S3:
                     require("s3fs", "reading from S3", f"to read {url}")
-                options = _options_for(protocol, self.storage_options)
+                options = _options_for(protocol, self.storage_options, self.retry)
                 if "::" in url:
                     fs = fsspec.core.url_to_fs(url, **options)[0]
                 else:
                     fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+                if protocol in _S3 and isinstance(getattr(fs, "retries", None), int):
+                    fs.retries = 1  # s3fs's own loop (5 tries of each call, of each body read)
                 self._local[repr(key)] = fs
         return fs
 
@@ -234,16 +242,21 @@ class Storage:
         """The objects ``spec`` names, sorted: one object, a prefix (directory) or a pattern."""
         fs = self.filesystem(spec)
         path = fs._strip_protocol(spec)
+
+        def ask(call: Callable[[], Any]) -> Any:
+            passed_on = (FileNotFoundError,)
+            return retried(call, url=spec, verb="list", policy=self.retry, passed_on=passed_on)
+
         if _GLOB_CHARS & set(path):
-            found = fs.glob(path, detail=True)
+            found = ask(lambda: fs.glob(path, detail=True))
         else:
             try:
-                info = fs.info(path)
+                info = ask(lambda: fs.info(path))
             except FileNotFoundError:
                 msg = f"{owner}: {spec!r} names no object and no prefix holding any (no such file)"
                 raise FileNotFoundError(msg) from None
             if info.get("type") == "directory":
-                found = fs.find(path, detail=True)
+                found = ask(lambda: fs.find(path, detail=True))
                 if suffixes:
                     lowered = tuple(s.lower() for s in suffixes)
                     found = {k: v for k, v in found.items() if k.lower().endswith(lowered)}
@@ -317,11 +330,27 @@ def _warn_small(owner: str, total: int, limit: int, what: str) -> None:
     warnings.warn(msg, UserWarning, stacklevel=4)
 
 
-def _options_for(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+def _options_for(protocol: str, options: dict[str, Any], policy: RetryPolicy) -> dict[str, Any]:
+    """The file system's options: the user's, with the client's own retries off and the
+    policy's timeouts on each request (where the user did not set them)."""
     options = dict(options)
-    if protocol in ("s3", "s3a") and "endpoint_url" in options:
+    connect, read = policy.timeout("connect_timeout_s"), policy.timeout("read_timeout_s")
+    if protocol in _S3:
+        if "endpoint_url" in options:
+            client = dict(options.get("client_kwargs") or {})
+            client.setdefault("endpoint_url", options.pop("endpoint_url"))
+            options["client_kwargs"] = client
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
+        config.setdefault("connect_timeout", connect)
+        config.setdefault("read_timeout", read)
+        options["config_kwargs"] = config
+    elif protocol in _HTTP:
         client = dict(options.get("client_kwargs") or {})
-        client.setdefault("endpoint_url", options.pop("endpoint_url"))
+        if "timeout" not in client:
+            aiohttp = require("aiohttp", "reading over HTTP(S)", "for fsspec's HTTP file system")
+            # sock_read bounds the wait for the answer, then for each piece of its body
+            client["timeout"] = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
         options["client_kwargs"] = client
     return options
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from stoker._errors import ImageDecodeError
 from stoker._image_files import pillow_reason
+from stoker._printable import printable
 from stoker._validate import check_choice, is_int
 
 __all__ = [
@@ -129,7 +130,7 @@ def decode_image(
     except ImportError:
         raise
     except Exception as exc:
-        where = source if source is not None else f"an image of {len(raw)} bytes"
+        where = printable(source) if source is not None else f"an image of {len(raw)} bytes"
         named = repr(source) if source is not None else f"(an image of {len(raw)} bytes)"
         reason = str(exc) if isinstance(exc, _TooManyPixels) else pillow_reason(exc, named)
         if isinstance(exc, _TooManyPixels):

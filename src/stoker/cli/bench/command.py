@@ -16,9 +16,10 @@ from typing import Any
 
 from stoker._errors import ImageDecodeError
 from stoker._extras import MissingExtraError
+from stoker._printable import printable
 from stoker._proc import usable_cpus
 from stoker.cli._args import int_list, nonnegative_int, positive_int
-from stoker.cli._output import progress_bar, usage_error
+from stoker.cli._output import progress_bar, say, usage_error
 from stoker.cli._target import TargetError, add_size_argument, add_target_argument, load_target
 from stoker.cli.bench.report import (
     PLOT_NEEDS,
@@ -168,6 +169,7 @@ class _Bar:
 
 
 def run(args: argparse.Namespace) -> int:
+    target = printable(args.target)  # how the lines name it: control characters escaped
     try:
         dataset, _ = load_target(args.target, size=args.size, command="bench")
     except TargetError as exc:
@@ -175,23 +177,20 @@ def run(args: argparse.Namespace) -> int:
     except MissingExtraError:
         raise
     except Exception as exc:  # the user's dataset failed to build: report it, not a traceback
-        print(
-            f"stoker bench: loading {args.target} raised {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
+        say(f"stoker bench: loading {target} raised {type(exc).__name__}: {exc}", sys.stderr)
         return 1
     if hasattr(dataset, "__len__") and len(dataset) == 0:
-        print(f"stoker bench: {args.target} is empty: there is nothing to load", file=sys.stderr)
+        say(f"stoker bench: {target} is empty: there is nothing to load", sys.stderr)
         return 1
     workers = args.workers if args.workers is not None else default_workers()
     settings = sum(1 if w == 0 else len(set(args.prefetch)) for w in set(workers))
     title = (
-        f"{args.target} ({_describe(dataset)}), batch_size={args.batch_size}, {args.batches} timed "
+        f"{target} ({_describe(dataset)}), batch_size={args.batch_size}, {args.batches} timed "
         f"batches after {args.warmup} warm-up, {args.worker_mode} workers, "
         f"{usable_cpus()} CPUs, Python {platform.python_version()}"
     )
     if not args.json:
-        print(f"stoker bench: {title}", file=sys.stdout, flush=True)
+        say(f"stoker bench: {title}")
     bar = _Bar(settings, args.warmup + args.batches)
     try:
         result = sweep(
@@ -209,11 +208,12 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         what = getattr(exc, "filename", None) or "an image"
         reason = getattr(exc, "reason", None)
-        print(
-            f"stoker bench: {what} is not a readable image"
+        say(
+            f"stoker bench: {printable(what)} is not a readable image"
             + (f" ({reason})" if reason else "")
-            + f"; `stoker doctor {args.target}` checks every file and lists the unreadable ones",
-            file=sys.stderr,
+            + f"; `stoker doctor {target}` checks every file and lists the unreadable "
+            "ones",
+            sys.stderr,
         )
         return 1
     finally:
@@ -258,7 +258,7 @@ def _print_json(
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
     for note in notes:
-        print(note, file=sys.stderr)
+        say(note, sys.stderr)
 
 
 def _print_table(result: SweepResult, notes: list[str]) -> None:
@@ -269,4 +269,4 @@ def _print_table(result: SweepResult, notes: list[str]) -> None:
     if note is not None:
         print(note)
     for note in notes:
-        print(note)
+        say(note)

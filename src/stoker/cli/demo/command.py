@@ -11,7 +11,7 @@ from typing import Any
 
 from stoker._proc import usable_cpus
 from stoker.cli._args import nonnegative_float
-from stoker.cli._output import PLOT_INSTALL
+from stoker.cli._output import PLOT_INSTALL, say
 from stoker.cli.demo.cache import DemoData, build, cache_root
 from stoker.cli.demo.config import DemoConfig
 from stoker.cli.demo.report import (
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             print(note)
     plot = args.plot or os.path.join(root, "demo.png")
     if save_plot(plot, stages, results, libraries, config):
-        print(f"plot: {os.path.abspath(plot)}")
+        say(f"plot: {os.path.abspath(plot)}")
     else:
         print(f"plot: skipped, it needs matplotlib: {PLOT_INSTALL}")
     print(f"done in {time.perf_counter() - started:.1f} s")
@@ -138,7 +138,7 @@ def _print_header(config: DemoConfig, data: DemoData) -> None:
         f"step; {usable_cpus()} CPUs"
     )
     if data.built_s:
-        print(
+        say(
             f"  (built the dataset in {data.built_s:.1f} s; "
             f"later runs reuse {os.path.dirname(data.folder)})"
         )
