@@ -371,3 +371,37 @@ def test_close_from_another_thread_ends_a_waiting_next_at_once(
     while descendants(os.getpid()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert descendants(os.getpid()) == []
+
+
+class _SlowAt(Recording):
+    """1 MiB samples (they travel in slots); index ``blocked`` waits for ``release_path``."""
+
+    def __getitem__(self, i: int) -> tuple[int, int, int, int, np.ndarray]:
+        sample = super().__getitem__(i)
+        return (*sample[:4], np.full(1 << 17, i, dtype=np.float64))
+
+
+def test_closed_thread_workers_load_nothing_queued_and_print_no_traceback(tmp_path, capfd) -> None:
+    """A batch slower than the shutdown's join is loading when the loader closes: the
+    thread workers start none of the tasks queued behind it, and nothing is printed (a
+    KeyError traceback from a thread came on stderr, and the queued batches were loaded)."""
+    log, release = str(tmp_path / "log"), str(tmp_path / "release")
+    loader = DataLoader(
+        _SlowAt(40, log, blocked=2, release_path=release), batch_size=1, num_workers=2,
+        worker_mode="thread", prefetch_factor=4, in_order=True,
+    )  # fmt: skip
+    it = iter(loader)
+    assert [next(it)[0].tolist() for _ in range(2)] == [[0], [1]]
+    time.sleep(0.3)  # the other worker runs ahead into its queue
+    loader.close()  # waits ~2 s for the blocked thread, then gives up on it
+    with open(log) as f:
+        started_before = {int(line) for line in f}
+    open(release, "w").close()
+    time.sleep(1.0)  # time for a thread that went on to start its queued tasks
+    with open(log) as f:
+        started = [int(line) for line in f]
+    assert set(started) == started_before, f"loaded after close: {set(started) - started_before}"
+    assert len(started_before) < 40, "the test needs tasks queued at the close"
+    assert not [t for t in threading.enumerate() if t.name.startswith("stoker-worker-")]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err

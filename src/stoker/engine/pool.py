@@ -296,6 +296,7 @@ class WorkerPool:
         # to the worker that collates into it (the slot is free again once the lease and
         # every view of it are gone)
         self._leases: dict[int, object] = {}
+        self._stopping = threading.Event()  # thread mode: set by shutdown(), seen between tasks
         self._stack_files: list[str | None] = [None] * num_workers
         self.transport_s = 0.0  # time spent decoding workers' messages (loader.stats())
         self._payload: bytes | None = None
@@ -373,6 +374,7 @@ class WorkerPool:
         thread = threading.Thread(
             target=run_worker,
             args=(worker_id, self.spec, tasks.get, send, self._attach_leased, False, receive_ready),
+            kwargs={"stopped": self._stopping.is_set},
             name=f"stoker-worker-{worker_id}",
             daemon=True,
         )
@@ -634,7 +636,10 @@ class WorkerPool:
 
     def _attach_leased(self, ref: slots.SlotRef) -> slots.SlotAllocator:
         """A thread worker's allocator over the slot its task names (leased when it was sent)."""
-        return slots.SlotAllocator(ref, self._leases.pop(ref.index))
+        lease = self._leases.pop(ref.index, None)
+        if lease is None:  # shutdown() took the leases back: the batch goes by the queue
+            raise OSError(f"the loader was closed before slot {ref.index} was used")
+        return slots.SlotAllocator(ref, lease)
 
     def _poll_threads(self, timeout: float) -> list[tuple[int, Any, set[int]]]:
         try:
@@ -715,11 +720,13 @@ class WorkerPool:
         if not begin_shutdown(self):
             return
         self._close_selector()
+        self._stopping.set()  # a thread worker loads no task queued behind the one it is on
         try:
             for worker in self._workers:
                 if worker is None:
                     continue
                 if isinstance(worker, _ThreadWorker):
+                    _drain(worker.tasks)
                     worker.tasks.put(None)
                     continue
                 with contextlib.suppress(BrokenPipeError, OSError):
@@ -755,6 +762,13 @@ class WorkerPool:
                     with contextlib.suppress(OSError):
                         os.unlink(path)
             self.state = PoolState.CLOSED
+
+
+def _drain(tasks: queue.SimpleQueue[Any]) -> None:
+    """Drops the messages waiting in a thread worker's queue."""
+    with contextlib.suppress(queue.Empty):
+        while True:
+            tasks.get_nowait()
 
 
 def _needs_inheritance(exc: RuntimeError) -> bool:

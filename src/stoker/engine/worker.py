@@ -159,6 +159,8 @@ def run_worker(
     attach: Callable[[slots.SlotRef], slots.SlotAllocator] | None,
     seed_globals: bool = True,
     receive_ready: Callable[[], list[Any]] | None = None,
+    *,
+    stopped: Callable[[], bool] | None = None,
 ) -> None:
     """The loop itself. ``receive()`` returns the next message (``None`` to stop).
 
@@ -166,7 +168,8 @@ def run_worker(
     process-wide state (process workers; a thread worker shares both with the trainer).
     ``receive_ready()``: the messages that have already arrived, without waiting; before
     each task of an iterable dataset the loop reads them, to answer state requests queued
-    behind tasks at once.
+    behind tasks at once. ``stopped()``: the pool is shutting down (thread workers, which
+    cannot be killed): the loop ends before its next message, dropping the tasks queued.
     """
     loop = _WorkerLoop(worker_id, spec, send, attach, seed_globals)
     send(Ready(worker_id=worker_id, pid=os.getpid()), None)
@@ -179,7 +182,7 @@ def run_worker(
             waiting = perf_counter()
             message = receive()
             loop.idle += perf_counter() - waiting
-        if message is None:
+        if message is None or (stopped is not None and stopped()):
             return
         if isinstance(message, StartEpoch):
             if not loop.start_epoch(message):
