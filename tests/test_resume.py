@@ -227,7 +227,7 @@ def test_bad_states_are_rejected_with_what_to_pass(state, message) -> None:
         ("ahead", [1, 1], "batch numbers without repeats, got [1, 1]"),
         ("ahead", [0], "an int of at least 1, got [0]"),
         ("ahead", 4, "a list of the batch numbers delivered beyond 'batches', got 4"),
-        ("exhausted", "yes", "True or False, got 'yes'"),
+        ("drew_seed", "yes", "True or False, got 'yes'"),
         ("samples", -2, "a non-negative int, got -2"),
         (
             "workers",

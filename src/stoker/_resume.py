@@ -339,7 +339,7 @@ def _check_entries(state: Mapping[str, Any]) -> None:
         _check_entry("ahead", batch, minimum=state["batches"] + 1, whole=ahead)
     if len(set(ahead)) != len(ahead):
         _refuse("ahead", ahead, "batch numbers without repeats")
-    for key in ("drew_seed", "exhausted", "torch_draw"):
+    for key in ("drew_seed", "torch_draw"):
         if key in state and not isinstance(state[key], bool):
             _refuse(key, state[key], "True or False")
     if "globals" in state and not (
