@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,14 @@ import pytest
 
 import stoker
 from ray_integration.cluster_helpers import stoker_actors, wait_no_stoker_actors
-from ray_integration.ray_datasets import BrokenSample, Counting, FailsAt, Noisy, failing_init
+from ray_integration.ray_datasets import (
+    BrokenSample,
+    Counting,
+    FailsAt,
+    Noisy,
+    StallsAt,
+    failing_init,
+)
 
 ray = pytest.importorskip("ray", reason="Ray workers need ray: pip install 'stoker[ray]'")
 
@@ -267,3 +276,26 @@ def test_stoker_torch_gets_tensors_from_actors(cluster) -> None:
         assert isinstance(mine["image"], torch.Tensor)
         assert torch.equal(mine["image"], theirs["image"])
         assert torch.equal(mine["index"], theirs["index"])
+
+
+@pytest.mark.parametrize("closer", ["iterator", "loader"])
+def test_close_from_another_thread_ends_a_next_waiting_on_actors(cluster, closer) -> None:
+    """next() waits on an actor stuck in a slow sample; another thread closes: next()
+    raises StopIteration within seconds and no actor is left (it stayed blocked)."""
+    loader = _loader(
+        StallsAt(40, slow=8), num_workers=2, worker_mode="ray", shuffle=False, prefetch_factor=1
+    )
+    it = iter(loader)
+    assert [next(it)["index"].tolist() for _ in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    timer = threading.Timer(0.5, (it if closer == "iterator" else loader).close)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(StopIteration):
+            next(it)
+    finally:
+        timer.join()
+    waited = time.monotonic() - started
+    assert waited < 10.0, f"next() took {waited:.1f} s to notice the close"
+    assert list(it) == []
+    assert wait_no_stoker_actors() == []
