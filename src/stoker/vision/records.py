@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from stoker._extras import require
 from stoker._thread_safety import is_thread_safe
 from stoker._validate import check_choice
@@ -28,6 +30,7 @@ from stoker.vision.decode import (
     check_size_hint,
     decode_image,
 )
+from stoker.vision.fused import decode_cropped, region_decoded
 from stoker.vision.transforms import call_with_shared_rng
 
 __all__ = ["DECODE_CHOICES", "DecodeImage", "check_decode_options", "decode_and_transform"]
@@ -73,6 +76,18 @@ def decode_and_transform(
     """Decodes ``data`` as ImageFolder does (see its ``decode`` and ``size_hint``), then
     applies ``transform`` with one shared ``stoker.sample_rng()`` for its random steps."""
     to_pil = decode == "pil" or (decode == "auto" and _is_torchvision(transform))
+    crop_step = None if to_pil or not rgb else region_decoded(transform)
+    if crop_step is not None and (size_hint is None or size_hint == "full"):
+        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+
+        def crop_first(raw: bytes) -> Any:
+            image = decode_cropped(
+                raw, crop_step, backend=decode, full_size=size_hint == "full",
+                max_pixels=max_pixels, source=source,
+            )  # fmt: skip
+            return transform.apply_from(image, 1)  # type: ignore[union-attr]
+
+        return call_with_shared_rng(crop_first, raw)
     image = decode_image(
         data,
         rgb=rgb,

@@ -139,14 +139,41 @@ class Compose:
                 )
                 raise TypeError(msg)
         self.transforms = transforms
+        self._fused: tuple[tuple[int, ...], int, Any] | None = None
 
     def __call__(self, image: Any) -> Any:
-        return call_with_shared_rng(self._apply, image)
+        return call_with_shared_rng(self.apply_from, image)
 
-    def _apply(self, image: Any) -> Any:
-        for transform in self.transforms:
+    def apply_from(self, image: Any, first: int = 0) -> Any:
+        """Applies the steps from ``first`` on, the last ones fused into one pass where
+        they can be (:mod:`stoker.vision.fused`: the same draws and values)."""
+        steps = self.transforms
+        start, tail = self._tail()
+        if tail is None or first > start:
+            start = len(steps)
+        for transform in steps[first:start]:
+            image = transform(image)
+        if start == len(steps):
+            return image
+        if tail.applies_to(image):
+            return tail(image)
+        for transform in steps[start:]:
             image = transform(image)
         return image
+
+    def _tail(self) -> tuple[int, Any]:
+        """Where the fusable last steps start, and them fused (None); follows edits of
+        :attr:`transforms`."""
+        key = tuple(map(id, self.transforms))
+        if self._fused is None or self._fused[0] != key:
+            from stoker.vision.fused import split_tail
+
+            self._fused = (key, *split_tail(self.transforms))
+        return self._fused[1], self._fused[2]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._fused = None  # ids mean nothing in another process
 
     def __iter__(self) -> Iterator[Callable[[Any], Any]]:
         return iter(self.transforms)
