@@ -109,6 +109,11 @@ def _set_worker_info(info: WorkerInfo | None, *, owns_process: bool = False) -> 
         _share_with_torch(info, owns_process)
 
 
+def worker_info_here() -> WorkerInfo | None:
+    """Engine-only: this thread's worker info, without counting as the dataset consulting it."""
+    return getattr(_local, "info", None)
+
+
 def _consulted() -> bool:
     """Engine-only: whether this worker's dataset asked for its worker info yet."""
     return getattr(_local, "consulted", False)

@@ -194,3 +194,79 @@ def test_without_a_cpu_clock_only_the_limit_ends_it() -> None:
     assert start.wait_s() == pytest.approx(0.01)
     clock.advance(0.01, 0.0)
     assert start.over() and start.wait_s() == 0.0
+
+
+class Sleeping:
+    """Thread-safe; each sample waits without the GIL, draws from sample_rng and notes which
+    thread loaded it, under which worker's info."""
+
+    thread_safe = True
+
+    def __init__(self, bad: int | None = None) -> None:
+        self.bad = bad
+        self.loaded: dict[int, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        time.sleep(0.01)  # I/O: the GIL is free for the other thread
+        if i == self.bad:
+            raise ValueError(f"cannot decode file_{i}.jpg")
+        info = stoker.get_worker_info()
+        with self._lock:
+            self.loaded[i] = (threading.current_thread().name, -1 if info is None else info.id)
+        return np.array([i, int(stoker.sample_rng().integers(1 << 30))])
+
+
+def helper_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if "-helper" in t.name]
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+def test_the_first_batch_is_loaded_by_as_many_threads_as_workers(persistent: bool) -> None:
+    # the first task goes out alone, but the pool's other threads are free: its samples are
+    # split between them, each drawing what it draws in any other worker or in the trainer
+    plain = stoker.DataLoader(Sleeping(), batch_size=8, generator=3)
+    reference = [[b.tolist() for b in plain] for _ in range(2)]
+    dataset = Sleeping()
+    loader = stoker.DataLoader(
+        dataset, batch_size=8, num_workers=2, worker_mode="thread", generator=3,
+        persistent_workers=persistent,
+    )  # fmt: skip
+    for epoch in range(2):
+        dataset.loaded.clear()
+        assert [b.tolist() for b in loader] == reference[epoch], epoch
+        first = [dataset.loaded[i] for i in range(8)]
+        assert len({name for name, _ in first}) == 2, first  # two threads at once
+        assert {worker for _, worker in first} == {0}, first  # both as worker 0
+        later = [dataset.loaded[i] for i in range(8, N)]
+        assert {worker for _, worker in later} == {0, 1}, later  # then both workers load
+    loader.close()
+    assert helper_threads() == []
+
+
+def test_an_error_in_the_second_half_of_the_first_batch_names_its_index() -> None:
+    loader = stoker.DataLoader(Sleeping(bad=6), batch_size=8, num_workers=2, worker_mode="thread")
+    with pytest.raises(ValueError, match=r"cannot decode file_6\.jpg") as info:
+        list(loader)
+    notes = "\n".join(getattr(info.value, "__notes__", ()))
+    assert "stoker: raised by dataset[6] (Sleeping) while loading batch 0, dataset indices" in notes
+    loader.close()
+    assert helper_threads() == []
+
+
+def test_the_first_failing_sample_of_the_first_batch_is_the_one_raised() -> None:
+    # both halves fail: the error raised is the first half's, whichever thread failed first
+    class TwoBad(Sleeping):
+        def __getitem__(self, i: int) -> np.ndarray:
+            if i in (1, 5):
+                time.sleep(0.05 if i == 1 else 0.0)  # the later sample fails first
+                raise ValueError(f"cannot decode file_{i}.jpg")
+            return super().__getitem__(i)
+
+    loader = stoker.DataLoader(TwoBad(), batch_size=8, num_workers=2, worker_mode="thread")
+    with pytest.raises(ValueError, match=r"cannot decode file_1\.jpg"):
+        next(iter(loader))
+    loader.close()

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Any
 
 from stoker._state_capture import capture, captured, holds_state
+from stoker._worker_info import _set_worker_info, worker_info_here
 from stoker.bad_samples import SkippedSample, skipped_sample
 from stoker.engine import random_scopes
 from stoker.engine.messages import add_note
@@ -76,11 +79,15 @@ class MapFetcher:
         skipped, self.skipped = tuple(self.skipped), []
         return skipped
 
-    def fetch(self, index: Any, epoch_seed: int, batch_index: int, position: int) -> Any:
+    def fetch(
+        self, index: Any, epoch_seed: int, batch_index: int, position: int, threads: int = 1
+    ) -> Any:
         """Returns the collated batch for ``index`` (a list of indices when batching).
 
         ``batch_index`` is the batch's place in the epoch and ``position`` the place of
-        its first sample: they key the random scopes.
+        its first sample: they key the random scopes. ``threads`` > 1 loads the samples
+        in that many threads at once (thread workers' first batch, see
+        :mod:`stoker.engine.head_start`; not for ``__getitems__``, which gets the batch whole).
         """
         dataset = self._dataset
         start = perf_counter()
@@ -99,7 +106,7 @@ class MapFetcher:
                 random_scopes.end(previous)
             return self._timed_collate(sample, epoch_seed, batch_index, start, index)
         if self.skip_errors:
-            samples = self._fetch_skipping(index, epoch_seed, batch_index, position)
+            samples = self._fetch_skipping(index, epoch_seed, batch_index, position, threads)
         elif self._getitems is not None:
             scope, previous = random_scopes.begin(epoch_seed, random_scopes.BATCH)
             try:
@@ -117,20 +124,93 @@ class MapFetcher:
         elif PROFILE_SAMPLES:
             samples = self._fetch_timing_samples(index, epoch_seed, position)
         else:
-            scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
-            i = None
-            try:
-                samples = []
-                append = samples.append
-                for offset, i in enumerate(index):
-                    scope.position, scope.index = position + offset, i
-                    append(dataset[i])
-            except Exception as exc:
-                note_sample(exc, dataset, i, batch_index, index)
-                raise
-            finally:
-                random_scopes.end(previous)
+            samples = self._fetch_runs(index, epoch_seed, batch_index, position, threads, False)
         return self._timed_collate(samples, epoch_seed, batch_index, start, index)
+
+    def _fetch_runs(
+        self,
+        index: Any,
+        epoch_seed: int,
+        batch_index: int,
+        position: int,
+        threads: int,
+        skip: bool,
+    ) -> list[Any]:
+        """The batch's samples, in order: loaded by this thread alone, or split into
+        ``threads`` runs of consecutive samples loaded at once (this thread loads the first).
+
+        Each sample is loaded in its own random scope wherever it runs, so the samples are
+        the same either way. The error of the first failing sample (in batch order) is
+        raised; with ``skip``, failing samples are recorded in :attr:`skipped` in order.
+        """
+        indices = index if isinstance(index, list) else list(index)
+        count = min(threads, len(indices))
+        if count <= 1:
+            samples, skipped = self._load_run(
+                indices, epoch_seed, batch_index, position, index, skip
+            )
+            self.skipped.extend(skipped)
+            return samples
+        bounds = [len(indices) * k // count for k in range(count + 1)]
+        runs = [(bounds[k], indices[bounds[k] : bounds[k + 1]]) for k in range(count)]
+        info = worker_info_here()
+
+        def load(run: tuple[int, list[Any]]) -> tuple[list[Any], list[SkippedSample]]:
+            _set_worker_info(info)  # the helper loads for this worker: it sees its info
+            try:
+                return self._load_run(
+                    run[1], epoch_seed, batch_index, position + run[0], index, skip
+                )
+            finally:
+                _set_worker_info(None)
+
+        name = f"{threading.current_thread().name}-helper"
+        with ThreadPoolExecutor(count - 1, thread_name_prefix=name) as helpers:
+            futures = [helpers.submit(load, run) for run in runs[1:]]
+            # the first run's error comes first in batch order (leaving the block waits for
+            # the helpers); then each helper's, in order
+            first = self._load_run(runs[0][1], epoch_seed, batch_index, position, index, skip)
+            samples, skipped = list(first[0]), list(first[1])
+            for future in futures:
+                more, more_skipped = future.result()  # raises the run's error, in order
+                samples.extend(more)
+                skipped.extend(more_skipped)
+        self.skipped.extend(skipped)
+        return samples
+
+    def _load_run(
+        self,
+        indices: list[Any],
+        epoch_seed: int,
+        batch_index: int,
+        position: int,
+        batch: Any,
+        skip: bool,
+    ) -> tuple[list[Any], list[SkippedSample]]:
+        """Loads ``indices`` (the batch's samples from ``position`` on) in this thread, each
+        in its own random scope; the samples, and with ``skip`` the ones that failed."""
+        dataset = self._dataset
+        samples: list[Any] = []
+        skipped: list[SkippedSample] = []
+        append = samples.append
+        scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
+        i = None
+        try:
+            for offset, i in enumerate(indices):
+                scope.position, scope.index = position + offset, i
+                if not skip:
+                    append(dataset[i])
+                    continue
+                try:
+                    append(dataset[i])
+                except Exception as exc:
+                    skipped.append(skipped_sample(dataset, i, exc))
+        except Exception as exc:
+            note_sample(exc, dataset, i, batch_index, batch)
+            raise
+        finally:
+            random_scopes.end(previous)
+        return samples, skipped
 
     def _timed_collate(
         self, samples: Any, epoch_seed: int, batch_index: int, start: float, index: Any
@@ -163,9 +243,8 @@ class MapFetcher:
         return samples
 
     def _fetch_skipping(
-        self, index: Any, epoch_seed: int, batch_index: int, position: int
+        self, index: Any, epoch_seed: int, batch_index: int, position: int, threads: int
     ) -> list[Any]:
-        dataset = self._dataset
         if self._getitems is not None:
             scope, previous = random_scopes.begin(epoch_seed, random_scopes.BATCH)
             try:
@@ -175,17 +254,7 @@ class MapFetcher:
                 pass  # find the bad samples one by one below
             finally:
                 random_scopes.end(previous)
-        samples = []
-        scope, previous = random_scopes.begin(epoch_seed, random_scopes.SAMPLE)
-        try:
-            for offset, i in enumerate(index):
-                scope.position, scope.index = position + offset, i
-                try:
-                    samples.append(dataset[i])
-                except Exception as exc:
-                    self.skipped.append(skipped_sample(dataset, i, exc))
-        finally:
-            random_scopes.end(previous)
+        samples = self._fetch_runs(index, epoch_seed, batch_index, position, threads, True)
         if not samples:
             raise AllSkipped
         return samples

@@ -17,6 +17,16 @@ of its tasks as soon as one of these happens:
 What it costs: the second batch starts when the first is done instead of beside it, once
 per epoch; its workers' first batch comes up to twice as soon on Python-heavy samples.
 
+The pool's other threads are not left idle meanwhile: the first task of a map-style epoch
+says ``threads=num_workers``, and the worker that gets it splits the batch's samples into
+that many runs of consecutive samples, loads the first run itself and the others in helper
+threads (which see the worker's ``get_worker_info()``), then collates them in order. Each
+sample draws from its own random scope wherever it is loaded, so the batch is the same; on
+samples that release the GIL (decoding, resizing, reading files) the first batch comes up
+to ``num_workers`` times as soon. ``__getitems__`` datasets get the batch whole, as always,
+and with a ``worker_init_fn`` (which may have set up the worker's own thread) the worker
+loads it alone.
+
 Example:
     >>> cpu = iter([0.0, 0.009, 0.018, 0.019])  # the thread's CPU seconds at each look
     >>> now = iter([0.0, 0.01, 0.02, 0.03])

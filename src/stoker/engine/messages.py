@@ -101,6 +101,8 @@ class Task:
     key the random scopes, so augmentations do not depend on the worker. ``keep_from``
     (iterable datasets): the worker may drop the captures of its stream's state taken
     before its ``keep_from``-th task of the epoch (the trainer will not ask for them).
+    ``threads``: how many threads load the batch's samples at once (a thread pool's first
+    batch, see :mod:`stoker.engine.head_start`; 1 otherwise).
     """
 
     task_id: int
@@ -110,6 +112,7 @@ class Task:
     batch_index: int
     position: int
     keep_from: int = 0
+    threads: int = 1
 
     __reduce__ = _reduce
 

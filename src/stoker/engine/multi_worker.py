@@ -405,9 +405,13 @@ class MultiWorkerIterator:
                 # the captures a state may still ask for: after the worker's last delivered
                 # batch, or after one that many deliveries back (a pinning thread's read-ahead)
                 keep_from = max(0, self._progress.streams.get(worker_id, 0) - self._take_backs)
+            # a thread pool's first task goes out alone, its samples loaded by as many
+            # threads as the pool has workers (the others have nothing to do yet)
+            spread = self._head_start_due and self._auto_collation and not self._iterable
             task = Task(
                 task_id=task_id, epoch=self._epoch, indices=indices, slot=slot,
                 batch_index=self._batch_index, position=self._position, keep_from=keep_from,
+                threads=pool.num_workers if spread else 1,
             )  # fmt: skip
             pool.send(worker_id, task)
             if self._head_start_due:

@@ -376,8 +376,10 @@ class _WorkerLoop:
         with collate_into(allocator) if allocator is not None else contextlib.nullcontext():
             if spec.iterable:
                 return self.fetcher.fetch(task.batch_index)  # type: ignore[call-arg]
+            # worker_init_fn may have set up this thread for its samples: no helpers then
+            threads = task.threads if spec.worker_init_fn is None else 1
             return self.fetcher.fetch(
-                task.indices, self.epoch_seed, task.batch_index, task.position
+                task.indices, self.epoch_seed, task.batch_index, task.position, threads
             )  # type: ignore[call-arg]
 
     def _answer(
