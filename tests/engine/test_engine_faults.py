@@ -591,3 +591,37 @@ def test_a_loader_inside_a_worker_says_how_to_nest_it() -> None:
         int(b)
         for b in DataLoader(NestedLoader(), batch_size=None, num_workers=1, worker_mode="thread")
     ] == [6, 6]
+
+
+def _slow_init_that_reports(worker_id: int) -> None:
+    time.sleep(2.5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_worker_slow_to_start_is_reported_with_its_stack_and_still_waited_for(
+    mode: str, monkeypatch, caplog
+) -> None:
+    # With no timeout a worker that does not start is never silent: after a while the
+    # trainer logs where it is, once, and goes on waiting (a slow worker_init_fn is fine).
+    from stoker.engine import boot
+
+    monkeypatch.setattr(boot, "STARTUP_REPORT_S", 0.5)
+    loader = DataLoader(
+        Samples(8),
+        batch_size=2,
+        num_workers=1,
+        worker_mode=mode,
+        worker_init_fn=_slow_init_that_reports,
+    )
+    with caplog.at_level("WARNING", logger="stoker"):
+        batches = [b[0].tolist() for b in loader]
+    assert batches == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    reports = [
+        r.getMessage() for r in caplog.records if "has not finished starting" in r.getMessage()
+    ]
+    assert len(reports) == 1, reports
+    text = reports[0]
+    who = r"pid \d+" if mode == "process" else r"not started yet|pid \d+"
+    assert re.match(rf"DataLoader worker 0 \(({who})\) has not finished starting after \d s", text)
+    assert "pass timeout= to make this an error" in text
+    assert "_slow_init_that_reports" in text  # the worker's own stack, where it waits

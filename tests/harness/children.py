@@ -24,6 +24,8 @@ from stoker._proc import descendants
 __all__ = ["fault_env", "finish", "with_default_signals"]
 
 _DUMP_WAIT_S = 2.0  # time for faulthandler to write the stacks before the kill
+_DUMP_GAP_S = 0.3  # between two processes' dumps, so that their stacks do not interleave
+_STDERR_KEPT = 60_000  # characters of the child's stderr a failure shows (its end)
 
 
 def fault_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -52,7 +54,10 @@ def finish(proc: subprocess.Popen[AnyStr], timeout: float, what: str = "") -> tu
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         tree = [proc.pid, *descendants(proc.pid)]
-        _signal_all(tree, signal.SIGABRT)
+        # the deepest first (workers before the process waiting on them), one at a time
+        for pid in reversed(tree):
+            _signal_all([pid], signal.SIGABRT)
+            time.sleep(_DUMP_GAP_S)
         time.sleep(_DUMP_WAIT_S)
         _signal_all([*tree, *descendants(proc.pid)], signal.SIGKILL)
         out, err = proc.communicate()
@@ -60,8 +65,13 @@ def finish(proc: subprocess.Popen[AnyStr], timeout: float, what: str = "") -> tu
         pytest.fail(
             f"{what or proc.args!r} did not finish in {timeout:.0f} s; its processes {tree} "
             f"were sent SIGABRT for their stacks, then killed.\n"
-            f"stdout:\n{text[0][-3000:]}\nstderr:\n{text[1][-30000:]}"
+            f"stdout:\n{text[0][-3000:]}\nstderr:\n{without_module_lists(text[1])[-_STDERR_KEPT:]}"
         )
+
+
+def without_module_lists(text: str) -> str:
+    """``text`` less faulthandler's lists of loaded extension modules (kilobytes per process)."""
+    return "\n".join(line for line in text.splitlines() if "Extension modules:" not in line)
 
 
 def _signal_all(pids: list[int], signum: int) -> None:

@@ -522,15 +522,17 @@ def process_worker_main(
 
     if trainer_gone():
         return
+    stack = None
     try:
+        # first of all, so that a worker stuck while starting still shows where: kept open for
+        # the worker's life, faulthandler writes to it when the trainer sends SIGUSR1
+        stack = open(stack_file, "w") if stack_file else None  # noqa: SIM115
+        if stack is not None:
+            faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
         if spec is None:
             spec, _ = transport.decode(task_conn.recv_bytes(), _no_slots)
         if spec.threads is not None:
             cap_threads(spec.threads)
-        # kept open for the worker's life: faulthandler writes to it on SIGUSR1
-        stack = open(stack_file, "w") if stack_file else None  # noqa: SIM115
-        if stack is not None:  # the trainer asks for our stack with SIGUSR1 when we hang
-            faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     except BaseException as exc:  # the trainer hears why, instead of guessing from an exit status
         if not trainer_gone():
             _report_startup_failure(worker_id, exc, result_conn)
