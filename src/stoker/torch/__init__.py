@@ -19,6 +19,8 @@ generator when the loader is built, so ``torch.manual_seed(0)`` at the top of th
 script makes the run reproducible, as it does with torch.
 
 ``pin_memory=True`` pins in one background thread; see :class:`DataLoader`.
+:class:`Normalize` normalises uint8 image batches on the accelerator (the device-side
+half of ``stoker.vision.train_transform(224, normalize=False)``).
 
 Importing this package teaches Hugging Face accelerate (when it is, or later gets,
 imported) to rebuild stoker loaders as stoker loaders: see ``stoker.torch._accelerate``.
@@ -34,9 +36,10 @@ require("torch", "stoker.torch")
 
 from stoker.torch import _accelerate
 from stoker.torch._loader import DataLoader
+from stoker.torch._normalize import Normalize
 from stoker.torch._samplers import BatchSampler, RandomSampler, SequentialSampler
 
-__all__ = ["BatchSampler", "DataLoader", "RandomSampler", "SequentialSampler"]
+__all__ = ["BatchSampler", "DataLoader", "Normalize", "RandomSampler", "SequentialSampler"]
 
 # Hugging Face accelerate rebuilds loaders as torch's; teach it to rebuild ours as ours,
 # now or when it is imported (see stoker.torch._accelerate).

@@ -514,9 +514,15 @@ def train_transform(
     ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
     flip: float = 0.5,
     chw: bool = True,
+    normalize: bool = True,
     backend: str = "auto",
 ) -> Compose:
     """torchvision's ImageNet training recipe: random resized crop, flip, normalise, CHW.
+
+    ``normalize=False`` leaves the images uint8 (CHW with ``chw``): a quarter of the bytes
+    through shared memory, pinned memory and the copy to the accelerator. Normalise them
+    there with ``stoker.torch.Normalize(mean, std)``, which gives the same float32 values
+    as this recipe's ``Normalize`` step, bit for bit on the CPU.
 
     Example:
         >>> train_transform(224)
@@ -530,7 +536,8 @@ def train_transform(
     steps: list[Callable[[Any], Any]] = [RandomResizedCrop(size, scale, ratio, backend=backend)]
     if flip > 0:
         steps.append(RandomHorizontalFlip(flip))
-    steps.append(Normalize(mean, std))
+    if normalize:
+        steps.append(Normalize(mean, std))
     if chw:
         steps.append(ToCHW())
     return Compose(steps)
@@ -543,6 +550,7 @@ def eval_transform(
     std: Sequence[float] = IMAGENET_STD,
     *,
     chw: bool = True,
+    normalize: bool = True,
     backend: str = "auto",
 ) -> Compose:
     """torchvision's ImageNet evaluation recipe: resize, centre crop, normalise, CHW.
@@ -550,6 +558,8 @@ def eval_transform(
     Args:
         size: the crop.
         resize: the shorter side before cropping; default ``size / 0.875`` (256 for 224).
+        normalize: ``False`` leaves the images uint8, to be normalised on the accelerator
+            with ``stoker.torch.Normalize`` (see :func:`train_transform`).
 
     Example:
         >>> eval_transform(224).transforms[:2]
@@ -561,8 +571,9 @@ def eval_transform(
     steps: list[Callable[[Any], Any]] = [
         Resize(resize, backend=backend),
         CenterCrop(crop),
-        Normalize(mean, std),
     ]
+    if normalize:
+        steps.append(Normalize(mean, std))
     if chw:
         steps.append(ToCHW())
     return Compose(steps)
