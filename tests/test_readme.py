@@ -100,5 +100,5 @@ def test_the_demo_time_says_what_it_depends_on() -> None:
     text = " ".join(README.read_text(encoding="utf-8").split())
     assert "depends above all on how many CPUs are idle" in text
     # both an idle and a busy machine's figure, as ranges and a measurement
-    assert "about 20-40 s of timed stages, plus 10-15 s the first time" in text
+    assert "about 45-90 s of timed stages, plus 10-15 s the first time" in text
     assert "several times that when other processes keep the CPUs busy" in text

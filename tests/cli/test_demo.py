@@ -152,3 +152,48 @@ def test_naive_dataset_decodes_resizes_and_normalises(tmp_path) -> None:
     assert image.shape == (3, 12, 12) and image.dtype == np.float32 and label == 7
     expected = (np.array([128, 64, 255]) / 255 - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225]
     np.testing.assert_allclose(image[:, 5, 5], expected, rtol=1e-5)
+
+
+def test_rounds_alternate_the_order_and_the_table_gives_each_cells_median(tmp_path, capsys) -> None:
+    pytest.importorskip("torch", reason="the alternating order needs the torch reference")
+    cache = str(tmp_path / "cache")
+    assert main(["demo", "--quick", "--rounds", "3", "--cache", cache, "--no-torch"]) == 0
+    out = capsys.readouterr().out
+    for number in (1, 2, 3):
+        for stage in (1, 2, 3, 4):
+            assert re.search(rf"^  round {number}/3 stage {stage} stoker +\d", out, re.MULTILINE)
+    assert "each cell: the median of 3 rounds, the libraries' order alternating." in out
+    assert main(["demo", "--quick", "--rounds", "2", "--cache", cache]) == 0
+    out = capsys.readouterr().out
+    runs = re.findall(r"^  round (\d)/2 stage 1 (stoker|torch)", out, re.MULTILINE)
+    assert runs == [("1", "stoker"), ("1", "torch"), ("2", "torch"), ("2", "stoker")]
+    note = re.search(r"stoker vs torch per round: (.*)\.$", out, re.MULTILINE)
+    assert note is not None
+    spans = re.findall(r"stage (\d) (\d+\.\d\d)-(\d+\.\d\d)x", note.group(1))
+    assert [s[0] for s in spans] == ["1", "2", "3", "4"]
+    assert all(float(low) <= float(high) for _, low, high in spans)
+    with pytest.raises(SystemExit):
+        main(["demo", "--quick", "--rounds", "0"])
+    assert "--rounds" in capsys.readouterr().err
+
+
+def test_the_median_run_is_a_real_run_and_the_ratio_spans_every_round() -> None:
+    from stoker.cli.demo.report import median_results, rounds_note
+    from stoker.cli.demo.stages import Timing
+
+    def t(ms: float) -> Timing:
+        return Timing(ms / 1e3, 0.5, None)
+
+    rounds = [
+        {(1, "stoker"): t(10), (1, "torch"): t(20)},
+        {(1, "stoker"): t(30), (1, "torch"): t(15)},
+        {(1, "stoker"): t(20), (1, "torch"): t(40)},
+        {(1, "stoker"): t(12), (1, "torch"): t(24)},
+    ]
+    medians = median_results(rounds)
+    assert medians[(1, "stoker")] == t(12) and medians[(1, "torch")] == t(20)  # lower middle
+    assert rounds_note(rounds, ["stoker", "torch"]) == (
+        "each cell: the median of 4 rounds, the libraries' order alternating; "
+        "stoker vs torch per round: stage 1 0.50-2.00x."
+    )
+    assert rounds_note(rounds[:1], ["stoker", "torch"]) is None

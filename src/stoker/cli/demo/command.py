@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from stoker._proc import usable_cpus
-from stoker.cli._args import nonnegative_float
+from stoker.cli._args import nonnegative_float, positive_int
 from stoker.cli._output import PLOT_INSTALL, say
 from stoker.cli.demo.cache import DemoData, build, cache_root
 from stoker.cli.demo.config import DemoConfig
@@ -19,7 +19,9 @@ from stoker.cli.demo.report import (
     busy_note,
     collate_note,
     legend,
+    median_results,
     result_line,
+    rounds_note,
     save_plot,
     table,
 )
@@ -70,6 +72,14 @@ def add_parser(commands: Any) -> None:
         "loading gains show only while loading is slower than the step",
     )
     parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="runs of every stage per library, alternating which library goes first; the "
+        "table gives each one's median (default 3; 1 with --quick)",
+    )
+    parser.add_argument(
         "--no-torch", action="store_true", help="run stoker only, without the torch reference"
     )
     parser.set_defaults(run=run)
@@ -80,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     config = DemoConfig.quick() if args.quick else DemoConfig.full()
     if args.step_ms is not None:
         config = replace(config, step_ms=args.step_ms)
+    if args.rounds is not None:
+        config = replace(config, rounds=args.rounds)
     libraries = _libraries(args.no_torch)
     root = cache_root(args.cache)
     try:
@@ -93,12 +105,13 @@ def run(args: argparse.Namespace) -> int:
     device, pin_note = accelerator()
     stages = build_stages(data, config)
     _print_header(config, data)
-    results = _time_stages(stages, libraries, config, Step(config.step_ms / 1e3, device))
+    rounds = _time_stages(stages, libraries, config, Step(config.step_ms / 1e3, device))
+    results = median_results(rounds)
     print()
     print(table(stages, results, libraries))
     print(legend(libraries, results))
     print(pin_note)
-    notes = [busy_note(results)]
+    notes = [rounds_note(rounds, libraries), busy_note(results)]
     if "torch" in libraries:
         import torch
 
@@ -146,23 +159,42 @@ def _print_header(config: DemoConfig, data: DemoData) -> None:
 
 def _time_stages(
     stages: list[Stage], libraries: list[str], config: DemoConfig, step: Step
-) -> dict[tuple[int, str], Timing]:
-    """Every stage with every library, a line each as it finishes; timings by (stage, library)."""
-    progress = Progress(len(stages) * len(libraries) * (config.warmup + config.batches))
-    results: dict[tuple[int, str], Timing] = {}
+) -> list[dict[tuple[int, str], Timing]]:
+    """Every stage with every library, once per round, a line each as it finishes.
+
+    Returns each round's timings by (stage, library). In every other round the libraries
+    run in the opposite order, so neither always runs on a machine the other warmed up.
+    """
+    per_run = config.warmup + config.batches
+    progress = Progress(config.rounds * len(stages) * len(libraries) * per_run)
+    rounds: list[dict[tuple[int, str], Timing]] = []
     try:
-        for stage in stages:
-            for library in libraries:
-                progress.describe(f"stage {stage.number} {library}")
-                with quiet_pinning():
-                    loader = make_loader(library, stage, config)
-                    try:
-                        timing = time_run(loader, config, step, stage.pinned, progress.tick)
-                    finally:
-                        close_loader(loader)
-                        del loader
-                results[(stage.number, library)] = timing
-                progress.say(result_line(stage, library, timing, results.get((1, library))))
+        for number in range(config.rounds):
+            results: dict[tuple[int, str], Timing] = {}
+            order = libraries if number % 2 == 0 else libraries[::-1]
+            tag = f"round {number + 1}/{config.rounds} " if config.rounds > 1 else ""
+            for stage in stages:
+                for library in order:
+                    progress.describe(f"{tag}stage {stage.number} {library}")
+                    results[(stage.number, library)] = _time_one(
+                        library, stage, config, step, progress
+                    )
+                    baseline = results.get((1, library))
+                    line = result_line(stage, library, results[(stage.number, library)], baseline)
+                    progress.say("  " + tag + line.lstrip())
+            rounds.append(results)
     finally:
         progress.close()
-    return results
+    return rounds
+
+
+def _time_one(
+    library: str, stage: Stage, config: DemoConfig, step: Step, progress: Progress
+) -> Timing:
+    with quiet_pinning():
+        loader = make_loader(library, stage, config)
+        try:
+            return time_run(loader, config, step, stage.pinned, progress.tick)
+        finally:
+            close_loader(loader)
+            del loader

@@ -28,16 +28,17 @@ class DemoConfig:
     batches: int  # timed batches per run
     step_ms: float  # simulated accelerator time per training step
     workers: int
+    rounds: int  # each stage runs this many times per library, the order alternating
 
     @classmethod
     def full(cls) -> DemoConfig:
         return cls(images=1024, width=500, height=375, size=160, classes=10, batch_size=32,
-                   warmup=2, batches=30, step_ms=20.0, workers=2)  # fmt: skip
+                   warmup=2, batches=30, step_ms=20.0, workers=2, rounds=3)  # fmt: skip
 
     @classmethod
     def quick(cls) -> DemoConfig:
         return cls(images=96, width=128, height=96, size=48, classes=4, batch_size=16,
-                   warmup=1, batches=5, step_ms=5.0, workers=2)  # fmt: skip
+                   warmup=1, batches=5, step_ms=5.0, workers=2, rounds=1)  # fmt: skip
 
     def describe(self) -> str:
         return (

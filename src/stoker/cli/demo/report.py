@@ -18,7 +18,9 @@ __all__ = [
     "collate_note",
     "disturbed",
     "legend",
+    "median_results",
     "result_line",
+    "rounds_note",
     "save_plot",
     "table",
 ]
@@ -223,3 +225,29 @@ def collate_note(results: dict[tuple[int, str], Timing], threads: int) -> str | 
         "busy decoding images, for the CPUs; the fewer idle CPUs, the larger the gap "
         "(torch.set_num_threads(1) removes most of it)."
     )
+
+
+def median_results(
+    rounds: list[dict[tuple[int, str], Timing]],
+) -> dict[tuple[int, str], Timing]:
+    """Per (stage, library), the run of median ms/step over the rounds (the lower one of the
+    middle two for an even count: a real run, never an average of two)."""
+    return {
+        key: sorted((r[key] for r in rounds), key=lambda t: t.step_s)[(len(rounds) - 1) // 2]
+        for key in rounds[0]
+    }
+
+
+def rounds_note(rounds: list[dict[tuple[int, str], Timing]], libraries: list[str]) -> str | None:
+    """With several rounds: how many, and each stage's stoker-vs-torch ratio per round."""
+    if len(rounds) < 2:
+        return None
+    text = f"each cell: the median of {len(rounds)} rounds, the libraries' order alternating"
+    if len(libraries) != 2:
+        return text + "."
+    stages = sorted({stage for stage, _library in rounds[0]})
+    spans = []
+    for stage in stages:
+        ratios = [r[(stage, "torch")].step_s / r[(stage, "stoker")].step_s for r in rounds]
+        spans.append(f"stage {stage} {min(ratios):.2f}-{max(ratios):.2f}x")
+    return text + "; stoker vs torch per round: " + ", ".join(spans) + "."
