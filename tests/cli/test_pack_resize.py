@@ -69,7 +69,7 @@ def test_max_side_shrinks_large_images_and_keeps_small_ones_byte_for_byte(
     assert pack(tmp_path / "src", plain) == 0
     assert pack(tmp_path / "src", resized, "--max-side", "500", "--quality", "85") == 0
     out = capsys.readouterr().out
-    assert "images larger than 500 px resized to it, JPEG quality 85" in out
+    assert "longer sides above 500 px shrunk to 500, JPEG quality 85" in out
     assert "re-encoded 1 image(s)" in out
     before, after = records(plain), records(resized)
     # the same records, in the same order, with the same labels

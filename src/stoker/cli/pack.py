@@ -488,7 +488,7 @@ def _describe(reencode: Reencode | None) -> str:
     if reencode.max_side is None:
         return f", every JPEG re-encoded at quality {reencode.quality}"
     return (
-        f", images larger than {reencode.max_side} px resized to it, "
+        f", longer sides above {reencode.max_side} px shrunk to {reencode.max_side}, "
         f"JPEG quality {reencode.quality}"
     )
 
