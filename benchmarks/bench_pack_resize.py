@@ -4,12 +4,13 @@ Run from the repository root::
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_pack_resize.py
     PYTHONPATH=src .venv/bin/python benchmarks/bench_pack_resize.py --rounds 7 --data /tmp/d
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_pack_resize.py --images 16 --rounds 1
 
-Images: the 256 photos of 1600x1200 that ``benchmarks/bench_vision.py`` uses (its
-``photo()`` pictures, JPEG quality 90, 10 class folders; written once into ``--data DIR``
-and reused, with their plain ``stoker pack`` copy). The same folder is packed again with
-``--max-side 500 --quality 90`` (once, timed: the wall time of the pack, reading threads
-included).
+Images (``--images``, 256 by default): the photos of 1600x1200 that
+``benchmarks/bench_vision.py`` uses (its ``photo()`` pictures, JPEG quality 90, 10 class
+folders; written once into ``--data DIR`` and reused, with their plain ``stoker pack``
+copy). The same folder is packed again with ``--max-side 500 --quality 90`` (once, timed:
+the wall time of the pack, reading threads included).
 
 Method: in this process, one thread, no loader: the CPU time (``time.process_time``) of
 ``PackedDataset(packed, transform=DecodeImage(train_transform(224)))[i]`` for every ``i``,
@@ -23,6 +24,7 @@ sample is checked: shape (3, 224, 224), float32, finite.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import statistics
@@ -79,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default %(default)s)")
     parser.add_argument(
+        "--images", type=int, default=SIZES["large"].images, help="photos (default %(default)s)"
+    )
+    parser.add_argument(
         "--data",
         default=_default_data_dir(),
         help="where the images are written once and reused (default %(default)s)",
@@ -88,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     from stoker.formats.packed import PackedDataset
     from stoker.vision import DecodeImage, train_transform
 
-    data = ensure_data(args.data, SIZES["large"])
+    spec = dataclasses.replace(SIZES["large"], images=args.images)
+    data = ensure_data(args.data, spec)
     resized, pack_s = pack_resized(data)
     copies = {"plain": data.packed, f"--max-side {MAX_SIDE} --quality {QUALITY}": resized}
     datasets = {
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for name in names
     ]
-    print(f"{SIZES['large'].describe()}, {len(datasets[names[0]])} records per packed copy")
+    print(f"{spec.describe()}, {len(datasets[names[0]])} records per packed copy")
     print(
         f"PackedDataset[i] with DecodeImage(train_transform({CROP})), one thread, "
         f"median of {args.rounds} rounds\n"
