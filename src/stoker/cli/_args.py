@@ -10,7 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["int_list", "nonnegative_float", "nonnegative_int", "positive_int"]
+__all__ = ["int_between", "int_list", "nonnegative_float", "nonnegative_int", "positive_int"]
 
 
 def _integer(text: str) -> int:
@@ -26,6 +26,19 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An integer from ``low`` to ``high``, both included."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in some messages
+    return parse
 
 
 def nonnegative_int(text: str) -> int:

@@ -15,6 +15,12 @@ decode at reduced scale by default, which catches truncated JPEGs); unreadable o
 corrupt files are skipped, listed on stdout and in ``DST/skipped.txt``
 (``PATH<TAB>REASON`` per line), and counted in the manifest's metadata.
 
+``--max-side N`` shrinks the JPEGs and PNGs whose longer side exceeds ``N`` to ``N`` and
+stores them as JPEG at ``--quality`` (90 by default); ``--quality`` alone encodes every
+JPEG again (:mod:`stoker._image_reencode`). The work runs in the reading threads; the
+options are recorded in the manifest's metadata (``"resize"``), and a file that cannot
+be decoded for it is skipped and listed like the files the check refuses.
+
 A pack that does not finish (Ctrl-C, an error) removes its partial files, and ``DST``
 itself when the command created it; a pack that finishes is kept even when the reader of
 its output went away (``stoker pack ... | head -1``, exit status 141).
@@ -39,9 +45,10 @@ import numpy as np
 
 from stoker._errors import DatasetError
 from stoker._extras import require
-from stoker._image_files import IMAGE_CHECKS, read_image_file
+from stoker._image_files import IMAGE_CHECKS, pillow_reason, read_image_file
+from stoker._image_reencode import DEFAULT_QUALITY, Reencode
 from stoker._printable import printable
-from stoker.cli._args import positive_int
+from stoker.cli._args import int_between, positive_int
 from stoker.cli._output import EXIT_BROKEN_PIPE, progress_bar, say, silence_stdout, usage_error
 
 __all__ = ["add_parser", "run"]
@@ -132,6 +139,26 @@ def add_parser(commands: Any) -> None:
         default="decode",
         help="per-image check: decode (default; full decode at reduced scale, catches truncated "
         "files), verify (Pillow's verify(), headers only) or none",
+    )
+    parser.add_argument(
+        "--max-side",
+        type=positive_int,
+        metavar="N",
+        help="shrink every JPEG or PNG whose longer side exceeds N pixels so that it is N (aspect "
+        "kept) and store it as JPEG (--quality); smaller images are stored as they are. The "
+        "resizing filter is Pillow's LANCZOS, the sharpest of its filters when shrinking: its "
+        "cost is paid once, here, not in every epoch. Each resized image is first turned "
+        "upright (its EXIF orientation applied) and converted to RGB unless it is RGB or "
+        "grayscale (RGBA and palette PNGs lose their transparency, CMYK JPEGs are converted); "
+        "EXIF data is not kept",
+    )
+    parser.add_argument(
+        "--quality",
+        type=int_between(1, 95),
+        metavar="Q",
+        help=f"JPEG quality (1-95) of the images --max-side resizes (default {DEFAULT_QUALITY}); "
+        "without --max-side, every JPEG is encoded again at Q (turned upright and converted to "
+        "RGB as above; PNGs are kept)",
     )
     parser.add_argument(
         "--verify", action="store_true", help="re-read DST and check every record's checksum"
@@ -280,10 +307,25 @@ def _list_items(args: argparse.Namespace) -> tuple[list[str] | None, list[_Item]
 # -- reading and checking ----------------------------------------------------------------
 
 
+def _read_item(
+    path: str, mode: str, reencode: Reencode | None
+) -> tuple[bytes | None, str | None, bool]:
+    """The bytes to store (or None and why not), and whether ``reencode`` changed them."""
+    data, error = read_image_file(path, mode)
+    if data is None or reencode is None:
+        return data, error, False
+    try:
+        smaller = reencode(data, path)
+    except Exception as exc:  # Pillow raises many types for bad images
+        return None, f"corrupt image: {pillow_reason(exc, repr(path))}", False
+    return (data, None, False) if smaller is None else (smaller, None, True)
+
+
 def _read_in_order(
-    items: list[_Item], workers: int, mode: str
-) -> Iterator[tuple[_Item, bytes | None, str | None]]:
-    """Reads with a thread pool, yielding in the input order, a bounded window ahead."""
+    items: list[_Item], workers: int, mode: str, reencode: Reencode | None = None
+) -> Iterator[tuple[_Item, bytes | None, str | None, bool]]:
+    """Reads (and re-encodes) with a thread pool, yielding in the input order, a bounded
+    window ahead."""
     window = max(4, 4 * workers)
     with concurrent.futures.ThreadPoolExecutor(
         max_workers=workers, thread_name_prefix="stoker-pack"
@@ -291,16 +333,16 @@ def _read_in_order(
         pending: deque[tuple[_Item, concurrent.futures.Future[Any]]] = deque()
         source = iter(items)
         for item in source:
-            pending.append((item, pool.submit(read_image_file, item.path, mode)))
+            pending.append((item, pool.submit(_read_item, item.path, mode, reencode)))
             if len(pending) >= window:
                 break
         while pending:
             item, future = pending.popleft()
-            data, error = future.result()
+            data, error, changed = future.result()
             nxt = next(source, None)
             if nxt is not None:
-                pending.append((nxt, pool.submit(read_image_file, nxt.path, mode)))
-            yield item, data, error
+                pending.append((nxt, pool.submit(_read_item, nxt.path, mode, reencode)))
+            yield item, data, error, changed
 
 
 class _Progress:
@@ -355,7 +397,10 @@ class _Lines:
 def _pack(args: argparse.Namespace) -> int:
     from stoker.formats.packed import PackedDataset, PackedWriter
 
-    if args.check != "none":
+    reencode = Reencode.from_options(args.max_side, args.quality)
+    if reencode is not None:
+        require("PIL", "stoker pack", "to resize or re-encode images (--max-side, --quality)")
+    elif args.check != "none":
         require("PIL", "stoker pack", "to check images (or pass --check none)")
     if os.path.isdir(args.dst) and os.listdir(args.dst) and not args.overwrite:
         what = (
@@ -377,13 +422,15 @@ def _pack(args: argparse.Namespace) -> int:
         f"stoker pack: {len(items)} file(s)"
         + (f" in {len(classes)} class(es)" if classes is not None else "")
         + f" -> {printable(args.dst)} (shards of at most {args.shard_size:,} bytes, "
-        f"{args.workers} threads, check={args.check})"
+        f"{args.workers} threads, check={args.check}{_describe(reencode)})"
     )
-    metadata = {
+    metadata: dict[str, Any] = {
         "source": os.path.abspath(args.src),
         "packed_by": "stoker pack",
         "check": args.check,
     }
+    if reencode is not None:
+        metadata["resize"] = reencode.describe()
     created = not os.path.exists(args.dst)  # an unfinished pack leaves no empty DST behind
     writer = PackedWriter(
         args.dst,
@@ -393,15 +440,16 @@ def _pack(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     skipped: list[tuple[str, str]] = []
-    payload = 0
+    payload = reencoded = 0
     progress = _Progress(len(items))
     try:
-        for item, data, error in _read_in_order(items, args.workers, args.check):
+        for item, data, error, changed in _read_in_order(items, args.workers, args.check, reencode):
             if data is None:
                 skipped.append((item.key, error or "unknown error"))
             else:
                 writer.add(data if item.label is None else (data, item.label), key=item.key)
                 payload += len(data)
+                reencoded += changed
             progress.update(data is None)
         progress.close()
         _write_skipped(args.dst, skipped)
@@ -413,6 +461,8 @@ def _pack(args: argparse.Namespace) -> int:
             )
             raise PackError(msg)
         writer.metadata["skipped"] = len(skipped)
+        if reencode is not None:
+            writer.metadata["resize"]["reencoded"] = reencoded
         writer.close()
     except BaseException:  # Ctrl-C included
         progress.close()
@@ -426,9 +476,21 @@ def _pack(args: argparse.Namespace) -> int:
     lines(
         f"stoker pack: packed {len(dataset)} record(s), {payload / 1e6:,.1f} MB, into "
         f"{len(dataset.shard_paths)} shard(s) in {elapsed:.1f} s; skipped {len(skipped)}"
+        + (f"; re-encoded {reencoded} image(s)" if reencode is not None else "")
         + ("; verified every record's checksum" if args.verify else "")
     )
     return EXIT_BROKEN_PIPE if lines.reader_gone else 0
+
+
+def _describe(reencode: Reencode | None) -> str:
+    if reencode is None:
+        return ""
+    if reencode.max_side is None:
+        return f", every JPEG re-encoded at quality {reencode.quality}"
+    return (
+        f", longer sides above {reencode.max_side} px shrunk to {reencode.max_side}, "
+        f"JPEG quality {reencode.quality}"
+    )
 
 
 def _write_skipped(dst: str, skipped: list[tuple[str, str]]) -> None:
