@@ -197,3 +197,40 @@ def test_the_median_run_is_a_real_run_and_the_ratio_spans_every_round() -> None:
         "stoker vs torch per round: stage 1 0.50-2.00x."
     )
     assert rounds_note(rounds[:1], ["stoker", "torch"]) is None
+
+
+def test_stages_where_both_loaders_use_every_cpu_are_named_as_cpu_bound() -> None:
+    from stoker.cli.demo.report import cpu_bound_note
+    from stoker.cli.demo.stages import Timing
+
+    results = {
+        (1, "stoker"): Timing(0.09, 0.8, 0.0, 1.0),
+        (1, "torch"): Timing(0.10, 0.8, 0.0, 1.1),
+        (3, "stoker"): Timing(0.027, 0.2, 0.0, 1.9),
+        (3, "torch"): Timing(0.024, 0.1, 0.0, 1.8),
+        (4, "stoker"): Timing(0.026, 0.2, 0.0, 1.95),
+        (4, "torch"): Timing(0.027, 0.2, 0.0, None),  # not measured: not named
+    }
+    note = cpu_bound_note(results, 2)
+    assert note is not None
+    assert note.startswith(
+        "note: the CPUs are the limit in stage 3 (stoker 1.9, torch 1.8): both loaders kept "
+        "the 2 CPUs busy"
+    )
+    assert "stage 1" not in note and "stage 4" not in note
+    assert "only says which spends less CPU per batch" in note
+    assert cpu_bound_note(results, 4) is None  # 1.9 of 4 CPUs: the CPUs are not the limit
+
+
+def test_background_load_counts_this_process_tree_as_its_own() -> None:
+    import time as _time
+
+    from stoker.tuning.background_load import BackgroundLoad
+
+    with BackgroundLoad() as load:
+        end = _time.process_time() + 0.3
+        while _time.process_time() < end:
+            pass
+    if load.own_cpus is None:
+        pytest.fail("/proc could not be read on this Linux machine")
+    assert 0.7 <= load.own_cpus <= 1.3  # one busy thread: about one CPU

@@ -33,6 +33,7 @@ class BackgroundLoad:
 
     def __init__(self) -> None:
         self.cpus: float | None = None
+        self.own_cpus: float | None = None
         self._start: tuple[float, float, dict[int, float]] | None = None
 
     def __enter__(self) -> BackgroundLoad:
@@ -50,6 +51,7 @@ class BackgroundLoad:
         ours = sum(t - tree_before.get(pid, 0.0) for pid, t in tree_after.items())
         if wall > 0:
             self.cpus = max(0.0, (machine - machine_before - ours) / wall)
+            self.own_cpus = ours / wall
 
 
 def _tree_cpu_s() -> dict[int, float]:

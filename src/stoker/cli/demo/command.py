@@ -18,6 +18,7 @@ from stoker.cli.demo.report import (
     Progress,
     busy_note,
     collate_note,
+    cpu_bound_note,
     legend,
     median_results,
     result_line,
@@ -112,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     print(legend(libraries, results))
     print(pin_note)
     notes = [rounds_note(rounds, libraries), busy_note(results)]
+    if "torch" in libraries:
+        notes.insert(1, cpu_bound_note(results, usable_cpus()))
     if "torch" in libraries:
         import torch
 

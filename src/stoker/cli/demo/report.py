@@ -16,6 +16,7 @@ __all__ = [
     "Progress",
     "busy_note",
     "collate_note",
+    "cpu_bound_note",
     "disturbed",
     "legend",
     "median_results",
@@ -251,3 +252,28 @@ def rounds_note(rounds: list[dict[tuple[int, str], Timing]], libraries: list[str
         ratios = [r[(stage, "torch")].step_s / r[(stage, "stoker")].step_s for r in rounds]
         spans.append(f"stage {stage} {min(ratios):.2f}-{max(ratios):.2f}x")
     return text + "; stoker vs torch per round: " + ", ".join(spans) + "."
+
+
+CPU_BOUND_SHARE = 0.85  # a run keeping this share of the CPUs busy is limited by them
+
+
+def cpu_bound_note(results: dict[tuple[int, str], Timing], cpus: int) -> str | None:
+    """The stages where both loaders kept (nearly) every CPU busy: there the CPUs set the
+    pace, and the stoker-vs-torch figure says which spends less CPU per batch."""
+    bound = []
+    for stage in sorted({stage for stage, _library in results}):
+        used = [_own_cpus(results.get((stage, library))) for library in ("stoker", "torch")]
+        if all(u is not None and u >= CPU_BOUND_SHARE * cpus for u in used):
+            bound.append(f"stage {stage} (stoker {used[0]:.1f}, torch {used[1]:.1f})")
+    if not bound:
+        return None
+    return (
+        f"note: the CPUs are the limit in {', '.join(bound)}: both loaders kept the {cpus} "
+        "CPUs busy (CPUs used, loader and workers together). There neither can overlap more "
+        "of the work with the step, so the stoker-vs-torch figure only says which spends less "
+        "CPU per batch; more CPUs (or lighter per-sample work) would separate them."
+    )
+
+
+def _own_cpus(timing: Timing | None) -> float | None:
+    return None if timing is None else timing.own_cpus

@@ -40,6 +40,7 @@ class Timing:
     step_s: float  # mean wall time per timed step
     wait_share: float  # share of it spent waiting for the next batch
     other_cpus: float | None  # CPUs other processes kept busy meanwhile (BackgroundLoad)
+    own_cpus: float | None = None  # CPUs the loader (trainer and workers) kept busy
 
 
 class Step:
@@ -91,7 +92,7 @@ def time_run(
             tick()
         elapsed = time.perf_counter() - start
     del iterator
-    return Timing(elapsed / config.batches, waited / elapsed, load.cpus)
+    return Timing(elapsed / config.batches, waited / elapsed, load.cpus, load.own_cpus)
 
 
 @dataclass(frozen=True, slots=True)
